@@ -1,0 +1,1 @@
+"""What runs beside real SGLang: launch arguments per role."""

@@ -1,0 +1,150 @@
+"""Start and stop SGLang-protocol servers (real SGLang or the emulator) as processes.
+
+Used by the test lane and benchmarks. Each server runs in its own process group with a
+parent-death signal, so a crashed or interrupted test run does not leave servers behind,
+and ``stop`` ends the whole group (SGLang's scheduler and detokenizer included) by PID.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerStartError(RuntimeError):
+    """A server exited or did not become healthy; the message carries its log's tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    name: str
+    argv: Sequence[str]
+    port: int
+    log_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    health_path: str = "/health"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class ServerProcess:
+    """One server process; start from the main thread (the death signal follows the thread)."""
+
+    def __init__(self, spec: ServerSpec) -> None:
+        self.spec = spec
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> "ServerProcess":
+        self.spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.spec.log_path, "ab")
+        env = {**os.environ, **self.spec.env}
+        self._proc = subprocess.Popen(
+            list(self.spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, preexec_fn=_die_with_parent)
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.spec.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def healthy(self, timeout: float = 5.0) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + self.spec.health_path, timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def stop(self, grace: float = 10.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # The group may still hold children that outlived the leader.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_all_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:
+    """Poll every server until healthy; raise with the log of the first that failed."""
+    deadline = time.monotonic() + timeout
+    pending = list(servers)
+    while pending:
+        for server in list(pending):
+            if not server.alive():
+                raise ServerStartError(f"{server.spec.name} exited during start:\n{server.log_tail()}")
+            if server.healthy():
+                pending.remove(server)
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(s.spec.name for s in pending)
+            raise ServerStartError(f"not healthy after {timeout:.0f}s: {names}\n{pending[0].log_tail()}")
+        if pending:
+            time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class SglangCpuStack:
+    """The real-SGLang CPU stack made by scripts/setup_sglang_cpu.sh."""
+
+    python: str
+    env: Mapping[str, str]
+
+    @classmethod
+    def load(cls, root: Path) -> "SglangCpuStack":
+        data = json.loads((root / "env.json").read_text())
+        return cls(python=data["python"], env=data["env"])
+
+    def launch_argv(self, args: Sequence[str]) -> list[str]:
+        return [self.python, "-m", "sglang.launch_server", *args]

@@ -1,0 +1,50 @@
+"""OpenAI-compatible endpoints as rollout clients use them."""
+from __future__ import annotations
+
+import pytest
+
+from tests.support.http import get, post, sse_events
+
+pytestmark = pytest.mark.realsglang
+
+
+def test_chat_completion(worker):
+    r = post(worker.url + "/v1/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "fix the failing test"}],
+        "max_completion_tokens": 8, "temperature": 0})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["object"] == "chat.completion"
+    choice = out["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in ("stop", "length")
+    assert out["usage"]["completion_tokens"] <= 8
+    assert out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"]
+
+
+def test_chat_completion_streaming(worker):
+    events = sse_events(worker.url + "/v1/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "hello"}],
+        "max_completion_tokens": 6, "temperature": 0, "stream": True})
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert isinstance(text, str)
+    assert any(c["choices"] and c["choices"][0].get("finish_reason") for c in chunks)
+
+
+def test_completions(worker):
+    r = post(worker.url + "/v1/completions", {"model": "m", "prompt": "the agent", "max_tokens": 5,
+                                              "temperature": 0})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["object"] == "text_completion"
+    assert out["choices"][0]["finish_reason"] in ("stop", "length")
+    assert out["usage"]["completion_tokens"] <= 5
+
+
+def test_models(worker):
+    out = get(worker.url + "/v1/models").json()
+    assert out["data"] and out["data"][0]["id"]
