@@ -1,0 +1,1 @@
+"""``python -m pearl_sglang.decide``: the decision engine and planner from the shell."""

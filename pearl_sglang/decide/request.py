@@ -1,0 +1,128 @@
+"""JSON in, typed request out, and back: the CLI's boundary with the core.
+
+Input keys are the paper's symbols (``B, S, delta_L, r, theta, A, b, t_prefill, K, BW,
+T_over, T_env, K_seq, H_max``) plus ``N`` (the worker budget), and optionally
+``current`` (``{"mode", "prefill", "decode", "colocated"?}``), ``thresholds``
+(``{"ratio", "mode"}``) and ``rho_max``.  Plan mode also reads ``table`` (a
+``StateTable.to_dict()``), optional ``target`` and ``available_gpus``; ``N`` and
+``current`` then default to the table's budget and topology.  Units: seconds, bytes,
+bytes per second.  Every problem is reported as ``InputError`` naming the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from pearl_sglang.core import (
+    Constraints,
+    CoreError,
+    Profile,
+    StateTable,
+    Thresholds,
+    Topology,
+    decide,
+    plan,
+)
+
+_OPTIONAL = {"current", "thresholds", "rho_max"}
+_PLAN_ONLY = {"table", "target", "available_gpus"}
+
+
+class InputError(ValueError):
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(f"key {key!r}: {message}" if key else message)
+        self.key = key
+
+
+@dataclass(frozen=True)
+class Request:
+    profile: Profile
+    budget: int
+    current: Topology | None
+    thresholds: Thresholds
+    constraints: Constraints
+    table: StateTable | None = None
+    target: Topology | None = None
+    available: frozenset[str] | None = None
+
+
+def _obj(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InputError(key, f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _wrap(key: str, fn, *args, **kwargs):
+    """Run a core constructor, re-raising its error under ``key`` (or its own key)."""
+    try:
+        return fn(*args, **kwargs)
+    except CoreError as e:
+        inner = f"{key}.{e.key}" if e.key and e.key != key else key
+        raise InputError(inner, str(e)) from e
+
+
+def parse(data: Any, *, plan_mode: bool = False) -> Request:
+    data = _obj(data, "input")
+    allowed = set(Profile.symbols()) | {"N"} | _OPTIONAL | (_PLAN_ONLY if plan_mode else set())
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        hint = " (only with --plan)" if unknown[0] in _PLAN_ONLY else ""
+        raise InputError(unknown[0], f"unknown key{hint}")
+    symbols = {k: data[k] for k in Profile.symbols() if k in data}
+    try:
+        profile = Profile.from_dict(symbols)
+    except CoreError as e:
+        raise InputError(e.key, str(e)) from e
+
+    table = None
+    if plan_mode:
+        if "table" not in data:
+            raise InputError("table", "missing (required with --plan)")
+        table = _wrap("table", StateTable.from_dict, _obj(data["table"], "table"))
+    available = None
+    if "available_gpus" in data:
+        gpus = data["available_gpus"]
+        if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+            raise InputError("available_gpus", "must be a list of GPU id strings")
+        available = frozenset(gpus)
+
+    if "N" in data:
+        budget = data["N"]
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise InputError("N", f"must be an integer >= 1, got {budget!r}")
+    elif table is not None:
+        budget = table.budget(available)
+        if budget < 1:
+            raise InputError("table", "no GPUs available for rollout workers")
+    else:
+        raise InputError("N", "missing")
+
+    current = None
+    if "current" in data:
+        current = _wrap("current", Topology.from_dict, _obj(data["current"], "current"), default_colocated=budget)
+    elif table is not None and table.topology().total:
+        current = table.topology()
+
+    th = _obj(data.get("thresholds", {}), "thresholds")
+    extra = sorted(set(th) - {"ratio", "mode"})
+    if extra:
+        raise InputError(f"thresholds.{extra[0]}", "unknown key")
+    thresholds = _wrap("thresholds", Thresholds, **th)
+    constraints = _wrap("rho_max", Constraints, **({"rho_max": data["rho_max"]} if "rho_max" in data else {}))
+
+    target = None
+    if "target" in data:
+        target = _wrap("target", Topology.from_dict, _obj(data["target"], "target"), default_colocated=budget)
+    return Request(profile, budget, current, thresholds, constraints, table, target, available)
+
+
+def run(req: Request) -> dict[str, Any]:
+    """Decide (and plan, when a table came in); the result as a JSON-safe dict."""
+    decision = _wrap("N", decide, req.profile, budget=req.budget, current=req.current,
+                     thresholds=req.thresholds, constraints=req.constraints)
+    out = decision.to_dict()
+    if req.table is None:
+        return out
+    target = req.target or decision.choice
+    the_plan = _wrap("target", plan, req.table, target, available=req.available)
+    return {"decision": out, "plan": the_plan.to_dict()}

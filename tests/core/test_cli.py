@@ -1,0 +1,84 @@
+"""``python -m pearl_sglang.decide``: JSON in, decision or plan out, exit 2 on bad input."""
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pearl_sglang.core import StateTable, Topology, apply, decide, plan
+from pearl_sglang.core.events import BeginPlan, WorkerReady, apply_all
+from pearl_sglang.core.profile import Profile
+from pearl_sglang.decide.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = dict(B=64, S=30, delta_L=2000, r=400, theta=0.5, A=0.005, b=3e-4, t_prefill=2e-5, K=147456,
+               BW=8e10, T_over=0.5, T_env=150, K_seq=4.8e9, H_max=1.2e11)
+
+
+def _run(payload, *args, capsys):
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    old, sys.stdin = sys.stdin, io.StringIO(text)
+    try:
+        code = main(list(args))
+    finally:
+        sys.stdin = old
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_decision_matches_core(capsys):
+    payload = {**PROFILE, "N": 6, "current": {"mode": "disaggregated", "prefill": 1, "decode": 5},
+               "thresholds": {"ratio": 0.02, "mode": 0.1}}
+    code, out, _ = _run(payload, capsys=capsys)
+    assert code == 0
+    got = json.loads(out)
+    want = decide(Profile(**PROFILE), budget=6, current=Topology.pd(1, 5)).to_dict()
+    assert set(got) >= {"choice", "switch", "forced", "reason", "candidates"}
+    assert len(got["candidates"]) == 6
+    assert [c["predicted_makespan_s"] for c in got["candidates"]] == [c["predicted_makespan_s"] for c in want["candidates"]]
+
+
+def test_colocated_current_defaults_to_budget(capsys):
+    code, out, _ = _run({**PROFILE, "N": 4, "current": {"mode": "colocated", "prefill": 0, "decode": 0}}, capsys=capsys)
+    assert code == 0 and json.loads(out)["incumbent"]["colocated"] == 4
+
+
+@pytest.mark.parametrize("payload,key", [
+    ({**PROFILE, "N": 4, "B": -1}, "'B'"),
+    ({**PROFILE, "N": 0}, "'N'"),
+    ({k: v for k, v in PROFILE.items() if k != "theta"} | {"N": 3}, "'theta'"),
+    ({**PROFILE, "N": 3, "delta_l": 5}, "'delta_l'"),
+    ({**PROFILE, "N": 3, "thresholds": {"ratio": 0.5, "mode": 0.1}}, "'thresholds.mode'"),
+    ({**PROFILE, "N": 3, "current": {"mode": "hybrid"}}, "'current.mode'"),
+    ({**PROFILE, "N": 3, "table": {}}, "'table'"),
+    ("{not json", "JSON"),
+])
+def test_bad_input_exits_2_naming_the_key(payload, key, capsys):
+    code, out, err = _run(payload, capsys=capsys)
+    assert code == 2 and out == "" and key in err
+
+
+def test_plan_mode_from_table(capsys):
+    t = StateTable.create(tp_size=2, dedicated_gpus=[f"n0:{i}" for i in range(10)])
+    t = apply(t, BeginPlan(plan(t, Topology.pd(1, 2))))
+    t = apply_all(t, [WorkerReady(w.slot) for w in t.members()])
+    code, out, err = _run({**PROFILE, "table": t.to_dict(), "target": {"mode": "disaggregated", "prefill": 2,
+                                                                        "decode": 3}}, "--plan", capsys=capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["plan"]["change_count"] == 2 and [a["slot"] for a in got["plan"]["add"]] == [3, 4]
+    assert got["decision"]["incumbent"] is not None  # current came from the table, N from its GPUs
+    code, out, err = _run({**PROFILE, "table": t.to_dict(), "N": 9}, "--plan", capsys=capsys)
+    assert code == 2 and "'target'" in err  # 9 workers do not fit on 10 GPUs
+
+
+def test_module_entry_point_runs(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({**PROFILE, "N": 5}))
+    ok = subprocess.run([sys.executable, "-m", "pearl_sglang.decide", str(f)], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["choice"]["mode"] in ("colocated", "disaggregated")
+    bad = subprocess.run([sys.executable, "-m", "pearl_sglang.decide"], input='{"N": 2}', cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "'B'" in bad.stderr
