@@ -96,6 +96,15 @@ class ServerProcess:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash, as tests simulate it)."""
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._proc.wait(10)
+
     def stop(self, grace: float = 10.0) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:

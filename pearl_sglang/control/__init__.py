@@ -1,0 +1,1 @@
+"""Async shell of the control plane: state store, orchestration, executors, launchers."""

@@ -1,0 +1,22 @@
+"""An SGLang 0.5.23-compatible worker whose GPUs are a performance model.
+
+Layers: ``profile``/``tokens``/``prefix_cache``/``transfer``/``scheduler`` are pure
+pieces of the model; ``engine`` (with ``control``) is one worker's discrete-event
+timeline on an injected clock; ``pd``/``sim`` connect engines in one process on virtual
+time; ``server``/``http_*`` are the thin aiohttp shell behind
+``python -m pearl_sglang.emulator``.  Deliberate differences from real SGLang are listed
+in ``DIFFERENCES.md`` next to this file.
+"""
+
+__version__ = "0.1.0"
+
+from .engine import Engine, EngineConfig  # noqa: E402
+from .pd import PDRegistry  # noqa: E402
+from .profile import Profile, load_profile  # noqa: E402
+from .request import (Bootstrap, FinishReason, GenerateRequest, OpResult,  # noqa: E402
+                      RequestHandle, RequestRejected, Role, SamplingParams)
+from .sim import VirtualCluster  # noqa: E402
+
+__all__ = ["Engine", "EngineConfig", "PDRegistry", "Profile", "load_profile", "Bootstrap",
+           "FinishReason", "GenerateRequest", "OpResult", "RequestHandle", "RequestRejected",
+           "Role", "SamplingParams", "VirtualCluster"]

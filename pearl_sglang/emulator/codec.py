@@ -1,0 +1,133 @@
+"""Text <-> token ids and model metadata for the HTTP shell.
+
+With ``tokenizer.json`` in the model folder we use the HuggingFace ``tokenizers``
+library, as SGLang would.  Without one, a built-in byte-level codec: ids 0-255 are
+UTF-8 bytes, 256-258 are ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``, and any
+higher id decodes to `` t<id>`` so generated text stays readable.
+
+Chat prompts are rendered with the folder's ``chat_template`` through jinja2 when both
+exist, otherwise with a fixed ChatML layout (``<|im_start|>role\\ncontent<|im_end|>\\n``
+... ``<|im_start|>assistant\\n``), which is what Qwen-family templates produce for plain
+text messages.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+BYTE_SPECIALS = {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258}
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """What the emulator reads from ``config.json`` (all optional)."""
+
+    vocab_size: Optional[int] = None
+    eos_token_id: Optional[int] = None
+    context_length: Optional[int] = None
+    architectures: tuple[str, ...] = ()
+    model_type: Optional[str] = None
+    raw: dict = field(default_factory=dict, compare=False)
+
+    @staticmethod
+    def load(model_path: str) -> "ModelMeta":
+        path = Path(model_path) / "config.json"
+        if not path.is_file():
+            return ModelMeta()
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        eos = cfg.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = eos[0] if eos else None
+        return ModelMeta(vocab_size=cfg.get("vocab_size"), eos_token_id=eos,
+                         context_length=cfg.get("max_position_embeddings"),
+                         architectures=tuple(cfg.get("architectures") or ()),
+                         model_type=cfg.get("model_type"), raw=cfg)
+
+
+class TextCodec:
+    def __init__(self, model_path: Optional[str]) -> None:
+        self._tok = None
+        self.chat_template: Optional[str] = None
+        root = Path(model_path) if model_path else None
+        if root is not None and (root / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+            self._tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+        if root is not None and (root / "tokenizer_config.json").is_file():
+            tc = json.loads((root / "tokenizer_config.json").read_text(encoding="utf-8"))
+            tpl = tc.get("chat_template")
+            self.chat_template = tpl if isinstance(tpl, str) else None
+        if self._tok is not None:
+            added = self._tok.get_added_tokens_decoder()
+            self.special_ids = frozenset(i for i, t in added.items() if t.special)
+            self._specials = {t.content: i for i, t in added.items()}
+            self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        else:
+            self.special_ids = frozenset(BYTE_SPECIALS.values())
+            self._specials = dict(BYTE_SPECIALS)
+            self.vocab_size = 512
+        self._table = [f" t{i}" for i in range(1 << 18)] if self._tok is None else []
+
+    @property
+    def uses_tokenizer(self) -> bool:
+        return self._tok is not None
+
+    def token_id(self, text: str) -> Optional[int]:
+        return self._specials.get(text)
+
+    def encode(self, text: str) -> list[int]:
+        if self._tok is not None:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        out: list[int] = []
+        i = 0
+        while i < len(text):
+            for s, sid in BYTE_SPECIALS.items():
+                if text.startswith(s, i):
+                    out.append(sid)
+                    i += len(s)
+                    break
+            else:
+                out.extend(text[i].encode("utf-8"))
+                i += 1
+        return out
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        if self._tok is not None:
+            return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+        table = self._table
+        if ids and min(ids) >= 259 and max(ids) < len(table):  # generated ids: table lookup
+            return "".join([table[i] for i in ids])
+        buf, parts = bytearray(), []
+        names = {v: k for k, v in BYTE_SPECIALS.items()}
+        for i in ids:
+            if i < 256:
+                buf.append(i)
+                continue
+            parts.append(buf.decode("utf-8", errors="replace"))
+            buf = bytearray()
+            if i in names:
+                parts.append("" if skip_special_tokens else names[i])
+            else:
+                parts.append(f" t{i}")
+        parts.append(buf.decode("utf-8", errors="replace"))
+        return "".join(parts)
+
+    def render_chat(self, messages: list[dict]) -> str:
+        if self.chat_template:
+            try:
+                import jinja2.sandbox
+            except ImportError:
+                pass
+            else:
+                env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+                return env.from_string(self.chat_template).render(
+                    messages=messages, add_generation_prompt=True)
+        parts = []
+        for m in messages:
+            content = m.get("content") or ""
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            parts.append(f"<|im_start|>{m.get('role', 'user')}\n{content}<|im_end|>\n")
+        parts.append("<|im_start|>assistant\n")
+        return "".join(parts)

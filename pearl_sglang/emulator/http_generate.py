@@ -1,0 +1,319 @@
+"""Generation endpoints: ``/generate`` (single, batch, SSE) and the OpenAI pair.
+
+Each handler parses the body into ``GenerateRequest``s, submits them, and waits on a
+per-request event that the engine's callbacks set.  Streams are cumulative (SGLang's
+default): every chunk carries the whole output so far, and a slow reader simply gets
+fewer, larger chunks.  A client disconnect aborts its requests.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from http import HTTPStatus
+from typing import Any, Awaitable, Callable, Optional
+
+from aiohttp import web
+
+from .http_parse import BadRequest, ParsedGenerate, meta_info, output_text, parse_generate, parse_sampling
+from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
+from .server import WORKER, Worker
+
+DONE = b"data: [DONE]\n\n"
+
+
+class _Watch:
+    """Wakes the handler when the engine updates or finishes a request."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __call__(self, handle: RequestHandle) -> None:
+        self.event.set()
+
+
+def error_response(status: int, message: str) -> web.Response:
+    if status == 400:
+        return web.json_response({"error": {"message": message}}, status=400)
+    return web.json_response({"object": "error", "message": message,
+                              "type": HTTPStatus(status).phrase, "param": None, "code": status},
+                             status=status)
+
+
+def _input_logprobs(ids: tuple[int, ...]) -> list:
+    return [[None if i == 0 else -((t * 2654435761 + i) % 4000) / 1000.0, t, None]
+            for i, t in enumerate(ids)]
+
+
+class Run:
+    """A set of submitted requests and their watches."""
+
+    def __init__(self, worker: Worker, items: tuple[GenerateRequest, ...], stream: bool) -> None:
+        self.worker, self.items = worker, items
+        self.watches = [_Watch() for _ in items]
+        self.handles: list[RequestHandle] = []
+        engine = worker.engine
+        try:
+            for req, w in zip(items, self.watches):
+                self.handles.append(engine.submit(req, on_update=w if stream else None, on_finish=w))
+        except RequestRejected:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        for h in self.handles:
+            if not h.finished:
+                self.worker.engine.abort(h.rid)
+
+    async def wait_all(self) -> None:
+        try:
+            for h, w in zip(self.handles, self.watches):
+                while not h.finished:
+                    await w.event.wait()
+                    w.event.clear()
+        except asyncio.CancelledError:
+            self.abort()
+            raise
+
+    def body(self, i: int, *, final: bool) -> dict:
+        h, req = self.handles[i], self.items[i]
+        inp = _input_logprobs(req.input_ids) if req.return_logprob else None
+        return {"text": output_text(self.worker.codec, h, req.sampling),
+                "output_ids": list(h.output_ids),
+                "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
+                                       input_logprobs=inp)}
+
+    def failed_status(self) -> Optional[tuple[int, str]]:
+        for h in self.handles:
+            fr = h.finish_reason
+            if fr is not None and fr.type == "abort" and (fr.status_code or 0) >= 400:
+                return fr.status_code, fr.message or "aborted"
+        return None
+
+    async def stream(self, response: web.StreamResponse, intervals: list[int],
+                     chunk: Callable[[int, bool], list[bytes]]) -> None:
+        """Send chunks as requests progress; ``chunk(i, final)`` renders SSE lines."""
+        sent = [0] * len(self.handles)
+        pending = set(range(len(self.handles)))
+        try:
+            while pending:
+                if len(pending) == 1:
+                    await self.watches[next(iter(pending))].event.wait()
+                elif not any(self.watches[i].event.is_set() for i in pending):
+                    waits = [asyncio.ensure_future(self.watches[i].event.wait()) for i in pending]
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    for f in waits:
+                        f.cancel()
+                for i in sorted(pending):
+                    w, h = self.watches[i], self.handles[i]
+                    if not w.event.is_set():
+                        continue
+                    w.event.clear()
+                    n = len(h.output_ids)
+                    if h.finished:
+                        pending.discard(i)
+                        for line in chunk(i, True):
+                            await response.write(line)
+                    elif n - sent[i] >= intervals[i]:
+                        sent[i] = n
+                        for line in chunk(i, False):
+                            await response.write(line)
+            await response.write(DONE)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.abort()
+            raise
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _start_sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    return resp
+
+
+async def _json_body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadRequest({"error": {"message": f"invalid JSON body: {e}"}}) from e
+
+
+def _guard(fn: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except BadRequest as e:
+            return web.json_response(e.body, status=e.status)
+        except RequestRejected as e:
+            return error_response(e.status, e.message)
+    return handler
+
+
+# ---- /generate -----------------------------------------------------------------------
+async def generate(request: web.Request) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    parsed: ParsedGenerate = parse_generate(await _json_body(request), worker.codec)
+    run = Run(worker, parsed.items, parsed.stream)
+    if not parsed.stream:
+        await run.wait_all()
+        failed = run.failed_status()
+        if failed is not None:
+            return error_response(*failed)
+        bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
+        return web.json_response(bodies if parsed.is_batch else bodies[0])
+    resp = await _start_sse(request)
+    default = worker.args.stream_interval
+    intervals = [r.sampling.stream_interval or default for r in parsed.items]
+
+    def chunk(i: int, final: bool) -> list[bytes]:
+        body = run.body(i, final=final)
+        if parsed.is_batch:
+            body["index"] = i
+        return [_sse(body)]
+    await run.stream(resp, intervals, chunk)
+    return resp
+
+
+# ---- OpenAI -----------------------------------------------------------------------------
+def _openai_sampling(body: dict, max_tokens: Optional[int], prompt_len: int, ctx: int) -> SamplingParams:
+    stop = body.get("stop")
+    sp = {k: v for k, v in {
+        "max_new_tokens": max_tokens if max_tokens is not None else max(1, ctx - prompt_len - 1),
+        "min_new_tokens": body.get("min_tokens"), "stop": stop,
+        "stop_token_ids": body.get("stop_token_ids"), "ignore_eos": body.get("ignore_eos"),
+        "sampling_seed": body.get("seed"), "no_stop_trim": body.get("no_stop_trim"),
+        "skip_special_tokens": body.get("skip_special_tokens"),
+    }.items() if v is not None}
+    return parse_sampling(sp)
+
+
+def _finish_fields(h: RequestHandle) -> tuple[Optional[str], Any]:
+    fr = h.finish_reason
+    if fr is None:
+        return None, None
+    return fr.type, fr.matched if fr.type == "stop" else None
+
+
+def _usage(handles: list[RequestHandle]) -> dict:
+    p = sum(h.prompt_tokens for h in handles)
+    c = sum(len(h.output_ids) for h in handles)
+    cached = sum(h.cached_tokens for h in handles)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": cached} if cached else None,
+            "reasoning_tokens": 0, "completion_tokens_details": None}
+
+
+async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise BadRequest({"error": {"message": "request body must be a JSON object"}})
+    codec, ctx = worker.codec, worker.engine.context_length
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest({"error": {"message": "messages must be a non-empty list"}})
+        prompts = [codec.encode(codec.render_chat(messages))]
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompts = [codec.encode(prompt)]
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+            prompts = [codec.encode(t) for t in prompt]
+        else:
+            raise BadRequest({"error": {"message": "prompt must be a string, a list of strings or token ids"}})
+        max_tokens = body.get("max_tokens", 16)
+    n = body.get("n") or 1
+    base_rid = body.get("rid") or uuid.uuid4().hex
+    items = []
+    for i, p in enumerate([p for p in prompts for _ in range(n)]):
+        boot = None
+        if body.get("bootstrap_host") is not None or body.get("bootstrap_room") is not None:
+            room = body.get("bootstrap_room")
+            boot = Bootstrap(str(body.get("bootstrap_host")), body.get("bootstrap_port"),
+                             None if room is None else room + i)
+        items.append(GenerateRequest(
+            rid=base_rid if len(prompts) * n == 1 else f"{base_rid}_{i}", input_ids=tuple(p),
+            sampling=_openai_sampling(body, max_tokens, len(p), ctx), bootstrap=boot))
+    model = body.get("model") or worker.served_model_name
+    created = int(time.time())
+    stream = bool(body.get("stream"))
+    run = Run(worker, tuple(items), stream)
+    obj = "chat.completion" if chat else "text_completion"
+    if not stream:
+        await run.wait_all()
+        failed = run.failed_status()
+        if failed is not None:
+            return error_response(*failed)
+        choices = []
+        for i, (h, req) in enumerate(zip(run.handles, items)):
+            reason, matched = _finish_fields(h)
+            text = output_text(codec, h, req.sampling)
+            c: dict = {"index": i}
+            if chat:
+                c["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
+                                "tool_calls": None}
+            else:
+                c["text"] = text
+            c.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
+            choices.append(c)
+        return web.json_response({
+            "id": run.handles[0].rid, "object": obj, "created": created, "model": model,
+            "choices": choices, "usage": _usage(run.handles),
+            "metadata": {"weight_version": run.handles[0].weight_version or worker.engine.version}})
+    resp = await _start_sse(request)
+    sent_text = [""] * len(items)
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    remaining = [len(items)]
+    first = [True] * len(items)
+
+    def chunk(i: int, final: bool) -> list[bytes]:
+        h, req = run.handles[i], items[i]
+        text = output_text(codec, h, req.sampling)
+        delta, sent_text[i] = text[len(sent_text[i]):], text
+        reason, matched = _finish_fields(h) if final else (None, None)
+        if chat:
+            d: dict = {"content": delta}
+            if first[i]:
+                d = {"role": "assistant", "content": delta}
+                first[i] = False
+            choice = {"index": i, "delta": d, "logprobs": None, "finish_reason": reason,
+                      "matched_stop": matched}
+        else:
+            choice = {"index": i, "text": delta, "logprobs": None, "finish_reason": reason,
+                      "matched_stop": matched}
+        out = [_sse({"id": h.rid, "object": obj + ".chunk" if chat else obj, "created": created,
+                     "model": model, "choices": [choice]})]
+        if final:
+            remaining[0] -= 1
+            if include_usage and remaining[0] == 0:
+                out.append(_sse({"id": h.rid, "object": obj + ".chunk" if chat else obj,
+                                 "created": created, "model": model, "choices": [],
+                                 "usage": _usage(run.handles)}))
+        return out
+    await run.stream(resp, [worker.args.stream_interval] * len(items), chunk)
+    return resp
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _openai(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _openai(request, chat=True)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/generate", _guard(generate))
+    app.router.add_put("/generate", _guard(generate))
+    app.router.add_post("/v1/completions", _guard(completions))
+    app.router.add_post("/v1/chat/completions", _guard(chat_completions))

@@ -1,0 +1,200 @@
+"""JSON bodies of /generate into typed requests, and handles back into SGLang JSON.
+
+The checks follow SGLang 0.5.23 (sglang-protocol.md section 1): unknown
+``sampling_params`` keys and wrongly typed values are refused with 400 ``{"error": str}``;
+a body without text/input_ids is refused with 400 ``{"error": {"message": str}}``.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .codec import TextCodec
+from .request import Bootstrap, GenerateRequest, RequestHandle, SamplingParams
+
+SAMPLING_KEYS = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
+    "sampling_seed", "custom_params", "beam_width", "watermark", "choice")
+_INT = {"max_new_tokens": "u32", "min_new_tokens": "u32", "top_k": "i32", "n": "u32",
+        "stream_interval": "u32", "sampling_seed": "u64", "beam_width": "u32"}
+_FLOAT = {"temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty",
+          "repetition_penalty"}
+_BOOL = {"ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"}
+
+
+class BadRequest(Exception):
+    def __init__(self, body: Any, status: int = 400) -> None:
+        super().__init__(str(body))
+        self.body, self.status = body, status
+
+
+def _serde_kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return f"boolean `{str(v).lower()}`"
+    if isinstance(v, float):
+        return f"floating point `{v}`"
+    if isinstance(v, int):
+        return f"integer `{v}`"
+    if isinstance(v, str):
+        return f"string {v!r}"
+    if isinstance(v, list):
+        return "sequence"
+    return "map" if isinstance(v, dict) else "null"
+
+
+def _type_error(v: Any, expected: str) -> BadRequest:
+    return BadRequest({"error": f"invalid type: {_serde_kind(v)}, expected {expected}"})
+
+
+def parse_sampling(obj: Any) -> SamplingParams:
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, dict):
+        raise _type_error(obj, "struct SamplingParams")
+    for k, v in obj.items():
+        if k not in SAMPLING_KEYS:
+            raise BadRequest({"error": f"unknown field `{k}`, expected one of "
+                              + ", ".join(f"`{x}`" for x in SAMPLING_KEYS)})
+        if v is None:
+            continue
+        if k in _INT and (isinstance(v, bool) or not isinstance(v, int) or v < 0 and k != "top_k"):
+            raise _type_error(v, _INT[k])
+        if k in _FLOAT and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise _type_error(v, "f32")
+        if k in _BOOL and not isinstance(v, bool):
+            raise _type_error(v, "a boolean")
+    stop = obj.get("stop")
+    if isinstance(stop, str):
+        stop = (stop,)
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        stop = tuple(stop)
+    elif stop is not None:
+        raise _type_error(stop, "string or sequence of strings")
+    ids = obj.get("stop_token_ids") or []
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise _type_error(ids, "a sequence of integers")
+    g = obj.get
+    return SamplingParams(
+        max_new_tokens=128 if g("max_new_tokens") is None else g("max_new_tokens"),
+        min_new_tokens=g("min_new_tokens") or 0, stop_token_ids=frozenset(ids), stop=stop or (),
+        ignore_eos=bool(g("ignore_eos")), stream_interval=g("stream_interval"),
+        sampling_seed=g("sampling_seed"), no_stop_trim=bool(g("no_stop_trim")),
+        skip_special_tokens=g("skip_special_tokens") is not False)
+
+
+@dataclass(frozen=True)
+class ParsedGenerate:
+    items: tuple[GenerateRequest, ...]
+    is_batch: bool
+    stream: bool
+
+
+def _message(msg: str) -> BadRequest:
+    return BadRequest({"error": {"message": msg}})
+
+
+def _per_item(value: Any, i: int) -> Any:
+    return value[i] if isinstance(value, list) else value
+
+
+def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
+    if not isinstance(body, dict):
+        raise _message("request body must be a JSON object")
+    text, ids = body.get("text"), body.get("input_ids")
+    if text is None and ids is None:
+        raise _message("Either text, input_ids or input_embeds should be provided.")
+    if text is not None and ids is not None:
+        raise _message("Either text or input_ids should be provided.")
+    if text is not None:
+        is_batch = isinstance(text, list)
+        texts = text if is_batch else [text]
+        if not all(isinstance(t, str) for t in texts):
+            raise _message("text must be a string or a list of strings")
+        prompts = [codec.encode(t) for t in texts]
+    else:
+        is_batch = bool(ids) and isinstance(ids[0], list)
+        prompts = ids if is_batch else [ids]
+        for p in prompts:
+            if not isinstance(p, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+                raise _message("input_ids must be a list of integers or a list of lists")
+    sp = body.get("sampling_params")
+    if isinstance(sp, list):
+        if len(sp) != len(prompts):
+            raise _message("sampling_params list must match the batch size")
+        sampling = [parse_sampling(s) for s in sp]
+    else:
+        one = parse_sampling(sp)
+        sampling = [one] * len(prompts)
+    n = (sp or {}).get("n") if isinstance(sp, dict) else None
+    if n and n > 1:
+        prompts = [p for p in prompts for _ in range(n)]
+        sampling = [s for s in sampling for _ in range(n)]
+        is_batch = True
+    rid = body.get("rid")
+    count = len(prompts)
+    if is_batch:
+        if isinstance(rid, list):
+            if len(rid) != count:
+                raise _message("The rid list should have the same length as the batch.")
+            rids = [str(r) for r in rid]
+        elif rid is not None:
+            rids = [f"{rid}_{i}" for i in range(count)]
+        else:
+            rids = [uuid.uuid4().hex for _ in range(count)]
+    else:
+        rids = [str(rid) if rid is not None else uuid.uuid4().hex]
+    host, port, room = body.get("bootstrap_host"), body.get("bootstrap_port"), body.get("bootstrap_room")
+    items = []
+    for i in range(count):
+        h, p, r = _per_item(host, i), _per_item(port, i), _per_item(room, i)
+        if r is not None and not isinstance(room, list):
+            r = room + i
+        boot = Bootstrap(str(h), p, r) if h is not None or r is not None else None
+        items.append(GenerateRequest(rid=rids[i], input_ids=tuple(prompts[i]), sampling=sampling[i],
+                                     bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i))))
+    return ParsedGenerate(tuple(items), is_batch, bool(body.get("stream")))
+
+
+def output_text(codec: TextCodec, handle: RequestHandle, sp: SamplingParams) -> str:
+    ids = handle.output_ids
+    fr = handle.finish_reason
+    trim = fr is not None and fr.type == "stop" and not sp.no_stop_trim
+    if trim and isinstance(fr.matched, int):
+        ids = ids[:-1]
+    text = codec.decode(ids, skip_special_tokens=sp.skip_special_tokens)
+    if trim and isinstance(fr.matched, str):
+        idx = text.find(fr.matched)
+        if idx >= 0:
+            text = text[:idx]
+    return text
+
+
+def meta_info(handle: RequestHandle, req: GenerateRequest, *, version: str, final: bool,
+              input_logprobs: Optional[list] = None) -> dict:
+    fr = handle.finish_reason
+    meta: dict[str, Any] = {
+        "id": handle.rid,
+        "finish_reason": fr.to_json() if fr is not None else None,
+        "prompt_tokens": handle.prompt_tokens,
+        "completion_tokens": len(handle.output_ids),
+        "cached_tokens": handle.cached_tokens,
+        "reasoning_tokens": 0,
+        "weight_version": handle.weight_version or version,
+    }
+    if final:
+        meta["weight_versions"] = [{"version": v, "start": s, "end": e}
+                                   for v, s, e in handle.weight_versions]
+    meta["num_retractions"] = handle.num_retractions
+    if req.return_logprob:
+        meta["input_token_logprobs"] = input_logprobs or []
+        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in
+                                         zip(handle.output_logprobs, handle.output_ids)]
+        meta["input_top_logprobs"] = []
+        meta["output_top_logprobs"] = []
+    if final and handle.e2e_latency is not None:
+        meta["e2e_latency"] = handle.e2e_latency
+    return meta

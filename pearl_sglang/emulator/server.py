@@ -1,0 +1,165 @@
+"""The HTTP shell: an aiohttp app that drives one ``Engine`` in scaled real time.
+
+``ScaledClock`` maps real time to emulated time (``--time-scale`` emulated seconds per
+real second) and ``RealtimeDriver`` sleeps until the engine's next event.  Handlers
+translate JSON into engine calls and wait on per-request events; nothing here decides
+timing.  A PD instance that may act as prefill also serves the bootstrap port.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Optional
+
+import aiohttp
+from aiohttp import web
+
+from .codec import ModelMeta, TextCodec
+from .config import EmulatorArgs
+from .engine import Engine
+from .profile import Profile, load_profile
+from .request import Role
+
+
+class ScaledClock:
+    """Emulated seconds = real monotonic seconds x scale."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        self._t0 = time.monotonic()
+
+    def now(self) -> float:
+        return (time.monotonic() - self._t0) * self.scale
+
+    def real_delay(self, emulated_s: float) -> float:
+        return max(0.0, emulated_s / self.scale)
+
+
+class RealtimeDriver:
+    """Advances the engine at its event times, in real time."""
+
+    def __init__(self, engine: Engine, clock: ScaledClock) -> None:
+        self.engine, self.clock = engine, clock
+        self._wake = asyncio.Event()
+        engine.on_wake = self._wake.set
+
+    async def run(self) -> None:
+        engine, wake = self.engine, self._wake
+        while True:
+            engine.advance()
+            t = engine.next_event_time()
+            wake.clear()
+            if t is None:
+                await wake.wait()
+                continue
+            delay = self.clock.real_delay(t - self.clock.now())
+            if delay <= 0:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+
+
+@dataclass
+class Worker:
+    """Everything the handlers share (one per app)."""
+
+    args: EmulatorArgs
+    profile: Profile
+    engine: Engine
+    codec: TextCodec
+    meta: ModelMeta
+    clock: ScaledClock
+    started_wall: float
+    session: Optional[aiohttp.ClientSession] = None
+    weight_group: Optional[str] = None
+    in_weight_update: bool = False
+
+    @property
+    def served_model_name(self) -> str:
+        return self.args.served_model_name or self.args.model_path
+
+
+WORKER = web.AppKey("worker", Worker)
+
+
+def build_worker(args: EmulatorArgs, *, profile: Optional[Profile] = None) -> Worker:
+    from .http_bootstrap import HttpRendezvous
+    profile = profile or load_profile(args.profile)
+    meta = ModelMeta.load(args.model_path)
+    codec = TextCodec(args.tokenizer_path or args.model_path)
+    vocab = meta.vocab_size or profile.vocab_size
+    if codec.uses_tokenizer:
+        vocab = min(vocab, codec.vocab_size)
+    eos = meta.eos_token_id
+    if eos is None and codec.token_id("<|im_end|>") is not None:
+        eos = codec.token_id("<|im_end|>")
+    if eos is None and not codec.uses_tokenizer:
+        eos = 258
+    clock = ScaledClock(args.time_scale)
+    config = args.engine_config(vocab_size=vocab, eos_token_id=eos, special_ids=codec.special_ids,
+                                context_length=meta.context_length,
+                                token_low=0 if codec.uses_tokenizer else 259)
+    engine = Engine(profile=profile, clock=clock, config=config, rendezvous=HttpRendezvous(),
+                    stop_text=lambda ids: codec.decode(ids))
+    return Worker(args=args, profile=profile, engine=engine, codec=codec, meta=meta,
+                  clock=clock, started_wall=time.time())
+
+
+def serves_bootstrap(args: EmulatorArgs) -> bool:
+    return args.role == Role.PREFILL or (args.role != Role.NULL and args.enable_pd_role_switch)
+
+
+def create_app(worker: Worker) -> web.Application:
+    from . import http_control, http_generate
+    from .http_bootstrap import HttpRendezvous
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app[WORKER] = worker
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        worker.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        rv = worker.engine.rendezvous
+        if isinstance(rv, HttpRendezvous):
+            rv.session = worker.session
+        driver = RealtimeDriver(worker.engine, worker.clock)
+        task = asyncio.create_task(driver.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if isinstance(rv, HttpRendezvous):
+            await rv.close()
+        await worker.session.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    http_generate.add_routes(app)
+    http_control.add_routes(app)
+    return app
+
+
+# Bursts of hundreds of connections must queue, not be reset.
+BACKLOG = 4096
+
+
+async def start(worker: Worker, *, host: str, port: int,
+                bootstrap_port: Optional[int] = None) -> tuple[web.AppRunner, list[web.AppRunner], int, Optional[int]]:
+    """Start the API (and bootstrap) servers; returns runners and the bound ports."""
+    from .http_bootstrap import create_bootstrap_app
+    runner = web.AppRunner(create_app(worker), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=BACKLOG)
+    await site.start()
+    bound = runner.addresses[0][1]
+    extra: list[web.AppRunner] = []
+    bport = None
+    if serves_bootstrap(worker.args):
+        b = web.AppRunner(create_bootstrap_app(worker.engine, worker.clock), handler_cancellation=True,
+                          access_log=None)
+        await b.setup()
+        await web.TCPSite(b, host, worker.args.disaggregation_bootstrap_port
+                          if bootstrap_port is None else bootstrap_port, backlog=BACKLOG).start()
+        bport = b.addresses[0][1]
+        extra.append(b)
+    return runner, extra, bound, bport

@@ -1,0 +1,49 @@
+"""Counters behind /metrics and /v1/loads (gen_throughput over a sliding window)."""
+from __future__ import annotations
+
+from collections import deque
+
+from .request import RequestHandle
+from .scheduler import Iteration
+
+
+class Stats:
+    WINDOW_S = 5.0
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.cached_tokens = 0
+        self.requests = 0
+        self.aborted = 0
+        self.iterations = 0
+        self.busy_s = 0.0
+        self.kv_bytes = 0
+        self.kv_transfers = 0
+        self._window: deque[tuple[float, int, float]] = deque()
+
+    def iteration(self, t: float, it: Iteration, tokens: int) -> None:
+        self.iterations += 1
+        self.busy_s += it.duration
+        self.generation_tokens += tokens
+        self._window.append((t, tokens, it.duration))
+        while self._window and self._window[0][0] < t - self.WINDOW_S:
+            self._window.popleft()
+
+    def finished(self, h: RequestHandle) -> None:
+        self.requests += 1
+        self.cached_tokens += h.cached_tokens
+        if h.finish_reason is not None and h.finish_reason.type == "abort":
+            self.aborted += 1
+
+    def kv_transfer(self, nbytes: int) -> None:
+        self.kv_bytes += nbytes
+        self.kv_transfers += 1
+
+    def window(self, now: float) -> tuple[float, float]:
+        """(generated tokens/s, busy fraction) over the last WINDOW_S seconds."""
+        recent = [(t, n, d) for t, n, d in self._window if t >= now - self.WINDOW_S]
+        if not recent:
+            return 0.0, 0.0
+        span = max(now - (recent[0][0] - recent[0][2]), 1e-9)
+        return sum(n for _, n, _ in recent) / span, min(1.0, sum(d for *_, d in recent) / span)

@@ -1,0 +1,1 @@
+"""The router: HTTP shell over a transport-free routing core (``selection``, ``stitch``)."""

@@ -1,0 +1,47 @@
+"""``python -m pearl_sglang.router``: PEARL's router in front of SGLang workers.
+
+Attach mode (pre-launched workers), like sglang-router::
+
+    python -m pearl_sglang.router --worker-urls http://w1:30000 http://w2:30000
+    python -m pearl_sglang.router --prefill http://p1:30000 8998 --decode http://d1:30001
+
+The admin token is read from the environment (``PEARL_ADMIN_TOKEN`` by default), never
+from the command line, so it does not show in process lists.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aiohttp import web
+
+from pearl_sglang.control.attach import attached_table
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.router.app import build_app
+from pearl_sglang.router.config import RouterConfig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pearl_sglang.router", description=__doc__.splitlines()[0])
+    RouterConfig.add_cli_args(parser)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = RouterConfig.from_cli_args(args)
+        config.validate()
+        a = config.attached
+        if not (a.regular or a.prefill):
+            raise ValueError("no workers: give --worker-urls, or --prefill and --decode")
+        table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    app = build_app(config, StateStore(table))
+    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, backlog=4096)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""Router-level, informational and admin endpoints (no request generation here)."""
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pearl_sglang.core.state import Role
+from pearl_sglang.router.errors import ServiceUnavailable, WorkerError
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.router.worker_client import post_json
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readiness(request: web.Request) -> web.Response:
+    st = request.app[ROUTER]
+    table = st.store.table
+    topo = table.active_topology()
+    open_slots = st.breakers.open_slots()
+    routable = [w for w in table.active() if w.slot not in open_slots]
+    ready = bool(topo.colocated) or (bool(topo.prefill) and bool(topo.decode))
+    body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(routable),
+            "total_workers": len(table.rollout_workers()), "topology": topo.label(),
+            "admission_open": st.gate.is_open}
+    return web.json_response(body, status=200 if ready else 503)
+
+
+def _any_active(request: web.Request):
+    st = request.app[ROUTER]
+    table = st.store.table
+    workers = table.active(Role.COLOCATED) or table.active(Role.DECODE) or table.active()
+    if not workers:
+        raise ServiceUnavailable("no active worker to ask", kind="no_worker")
+    return workers[0]
+
+
+async def _proxy_get(request: web.Request, path: str) -> web.Response:
+    st = request.app[ROUTER]
+    worker = _any_active(request)
+    timeout = aiohttp.ClientTimeout(total=st.config.timeouts.control_s)
+    try:
+        async with st.session.get(worker.endpoint + path, timeout=timeout) as resp:
+            data = await resp.read()
+            return web.Response(status=resp.status, body=data,
+                                content_type=resp.headers.get("Content-Type", "application/json").split(";")[0])
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise ServiceUnavailable(f"worker {worker.slot} did not answer {path}: {e!r}") from e
+
+
+async def model_info(request: web.Request) -> web.Response:
+    return await _proxy_get(request, "/model_info")
+
+
+async def models(request: web.Request) -> web.Response:
+    return await _proxy_get(request, "/v1/models")
+
+
+async def server_info(request: web.Request) -> web.Response:
+    st = request.app[ROUTER]
+    resp = await _proxy_get(request, "/server_info")
+    try:
+        import json
+
+        info = json.loads(resp.body)
+    except ValueError:
+        return resp
+    info["pearl"] = {"policy": st.config.policy, "topology": st.store.table.active_topology().label(),
+                     "workers": len(st.store.table.active())}
+    return web.json_response(info)
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    st = request.app[ROUTER]
+    workers = st.store.table.active()
+
+    async def one(w):
+        try:
+            await post_json(st.session, slot=w.slot, url=w.endpoint, path="/flush_cache", body=None,
+                            timeouts=st.config.timeouts)
+            return str(w.slot), "flushed"
+        except WorkerError as e:
+            return str(w.slot), str(e)
+
+    results = dict(await asyncio.gather(*(one(w) for w in workers)))
+    ok = all(v == "flushed" for v in results.values())
+    return web.json_response({"success": ok, "workers": results}, status=200 if ok else 409)
+
+
+async def pearl_state(request: web.Request) -> web.Response:
+    st = request.app[ROUTER]
+    return web.json_response({
+        "table": st.store.table.to_dict(),
+        "topology": st.store.table.active_topology().label(),
+        "inflight": len(st.inflight),
+        "admission": {"open": st.gate.is_open, "waiting": st.gate.waiting, "reason": st.gate.reason},
+        "open_circuits": sorted(st.breakers.open_slots()),
+        "migrations": st.dispatcher.migrations,
+        "policy": st.config.policy,
+    })
+
+
+async def metrics(request: web.Request) -> web.Response:
+    st = request.app[ROUTER]
+    st.metrics.inflight.set(len(st.inflight))
+    st.metrics.admission_waiting.set(st.gate.waiting)
+    body = generate_latest(st.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

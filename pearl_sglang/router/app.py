@@ -1,0 +1,119 @@
+"""Build the router's aiohttp application over a state store.
+
+The application owns one ``ClientSession`` (created and closed by ``cleanup_ctx``), the
+dispatcher and the health probe task. The control plane (when present) shares the same
+``StateStore``: the router reads the table from it on every request.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.router import admin_routes, inference_routes
+from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.dispatch import Completed, Dispatcher
+from pearl_sglang.router.health import CircuitBreakers, probe_loop
+from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.metrics import RouterMetrics
+from pearl_sglang.router.middleware import (
+    ADMIN, INFERENCE, PUBLIC, auth_middleware, errors_middleware,
+)
+from pearl_sglang.router.selection import Selector
+from pearl_sglang.router.state import ROUTER, RouterState
+
+PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
+ADMIN_PREFIXES = ("/pearl/", "/flush_cache", "/train_begin", "/train_finished", "/update_weights")
+
+
+def access_class(request: web.Request) -> str:
+    path = request.path
+    if path in PUBLIC_PATHS:
+        return PUBLIC
+    if path.startswith(ADMIN_PREFIXES):
+        return ADMIN
+    return INFERENCE
+
+
+@web.middleware
+async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
+    resp = await handler(request)
+    route = request.match_info.route.resource
+    endpoint = route.canonical if route is not None else "unmatched"
+    request.app[ROUTER].metrics.requests.labels(endpoint, str(resp.status)).inc()
+    return resp
+
+
+def _record_completion(st: RouterState):
+    def on_complete(done: Completed) -> None:
+        meta = done.final["meta_info"]
+        st.metrics.tokens.labels("prompt").inc(meta.get("prompt_tokens") or 0)
+        st.metrics.tokens.labels("cached").inc(meta.get("cached_tokens") or 0)
+        st.metrics.tokens.labels("completion").inc(meta.get("completion_tokens") or 0)
+        for slot in done.target.slots if done.target else ():
+            st.breakers.success(slot)
+            st.metrics.routed.labels(str(slot), st.store.table.worker(slot).role.value
+                                     if st.store.table.has(slot) else "gone").inc()
+        if done.attempts > 1:
+            st.metrics.migrations.inc(done.attempts - 1)
+    return on_complete
+
+
+def _on_failure(st: RouterState):
+    def on_failure(slot: int) -> None:
+        st.breakers.failure(slot)
+        st.metrics.worker_failures.labels(str(slot)).inc()
+    return on_failure
+
+
+def build_app(config: RouterConfig, store: StateStore) -> web.Application:
+    config.validate()
+    st = RouterState(
+        config=config, store=store, selector=Selector(), inflight=InFlightRegistry(),
+        gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
+        breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
+        metrics=RouterMetrics(lambda: store.table), streams_by_client={})
+    app = web.Application(
+        client_max_size=config.limits.max_body_bytes,
+        middlewares=[errors_middleware, _count_requests,
+                     auth_middleware(admin_token=config.security.admin_token,
+                                     api_key=config.security.api_key, access=access_class)])
+    app[ROUTER] = st
+
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        st.session = aiohttp.ClientSession(connector=connector)
+        st.dispatcher = Dispatcher(
+            session=st.session, store=store, selector=st.selector, inflight=st.inflight, gate=st.gate,
+            timeouts=config.timeouts, config=config.dispatch, unavailable=st.breakers.open_slots,
+            on_worker_failure=_on_failure(st), on_complete=_record_completion(st))
+        probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+        yield
+        probe.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await probe
+        await st.session.close()
+
+    app.cleanup_ctx.append(session_ctx)
+    r = app.router
+    r.add_post("/generate", inference_routes.generate)
+    r.add_put("/generate", inference_routes.generate)
+    r.add_post("/v1/completions", inference_routes.openai_proxy)
+    r.add_post("/v1/chat/completions", inference_routes.openai_proxy)
+    r.add_post("/abort_request", inference_routes.abort_request)
+    r.add_get("/v1/models", admin_routes.models)
+    r.add_get("/model_info", admin_routes.model_info)
+    r.add_get("/server_info", admin_routes.server_info)
+    r.add_get("/health", admin_routes.health)
+    r.add_get("/liveness", admin_routes.health)
+    r.add_get("/readiness", admin_routes.readiness)
+    r.add_get("/metrics", admin_routes.metrics)
+    r.add_post("/flush_cache", admin_routes.flush_cache)
+    r.add_get("/pearl/state", admin_routes.pearl_state)
+    return app

@@ -1,0 +1,108 @@
+"""Router configuration: one dataclass per concern, built from CLI flags."""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+from pearl_sglang.router.dispatch import DispatchConfig
+from pearl_sglang.router.limits import Limits
+from pearl_sglang.router.worker_client import Timeouts
+
+POLICIES = ("static", "pearl")
+
+
+@dataclass(frozen=True)
+class AttachedWorkers:
+    """Pre-launched workers (like sglang-router's flags): regular, or prefill/decode."""
+
+    regular: tuple[str, ...] = ()
+    prefill: tuple[tuple[str, int], ...] = ()
+    decode: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        if self.regular and (self.prefill or self.decode):
+            raise ValueError("give either --worker-urls or --prefill/--decode, not both")
+        if bool(self.prefill) != bool(self.decode):
+            raise ValueError("PD mode needs at least one --prefill and one --decode")
+        for url in (*self.regular, *(u for u, _ in self.prefill), *self.decode):
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"worker URL must start with http:// or https://: {url!r}")
+
+
+@dataclass(frozen=True)
+class Security:
+    admin_token: str | None = None
+    api_key: str | None = None
+
+    def __repr__(self) -> str:  # never print secrets
+        return f"Security(admin_token={'set' if self.admin_token else None}, " \
+               f"api_key={'set' if self.api_key else None})"
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    policy: str = "static"
+    tp_size: int = 1
+    attached: AttachedWorkers = field(default_factory=AttachedWorkers)
+    security: Security = field(default_factory=Security)
+    limits: Limits = field(default_factory=Limits)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    admission_max_waiting: int = 10000
+    admission_wait_s: float = 60.0
+    health_interval_s: float = 10.0
+    failures_to_open: int = 3
+    breaker_cooldown_s: float = 30.0
+
+    def validate(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
+        if not 0 <= self.port < 65536:
+            raise ValueError("--port must be in [0, 65535]")
+        self.attached.validate()
+        self.limits.validate()
+        self.dispatch.validate()
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
+        parser.add_argument("--port", type=int, default=30000)
+        parser.add_argument("--policy", default="static", choices=POLICIES)
+        parser.add_argument("--tp-size", type=int, default=1, help="GPUs per worker (attach mode)")
+        parser.add_argument("--worker-urls", nargs="*", default=[], help="colocated workers")
+        parser.add_argument("--prefill", nargs=2, action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
+        parser.add_argument("--decode", action="append", default=[], metavar="URL")
+        parser.add_argument("--admin-token-env", default="PEARL_ADMIN_TOKEN",
+                            help="environment variable holding the admin token")
+        parser.add_argument("--api-key-env", default="PEARL_API_KEY",
+                            help="environment variable holding the inference API key (optional)")
+        parser.add_argument("--max-attempts", type=int, default=DispatchConfig.max_attempts)
+        parser.add_argument("--internal-stream-interval", type=int,
+                            default=DispatchConfig.internal_stream_interval)
+        parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s)
+        parser.add_argument("--admission-wait-s", type=float, default=60.0)
+        parser.add_argument("--health-interval-s", type=float, default=10.0)
+        Limits.add_cli_args(parser)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "RouterConfig":
+        prefill = []
+        for url, port in args.prefill:
+            if not port.isdigit():
+                raise ValueError(f"--prefill bootstrap port must be a number, got {port!r}")
+            prefill.append((url, int(port)))
+        return cls(
+            host=args.host, port=args.port, policy=args.policy, tp_size=args.tp_size,
+            attached=AttachedWorkers(regular=tuple(args.worker_urls), prefill=tuple(prefill),
+                                     decode=tuple(args.decode)),
+            security=Security(admin_token=os.environ.get(args.admin_token_env) or None,
+                              api_key=os.environ.get(args.api_key_env) or None),
+            limits=Limits.from_cli_args(args),
+            dispatch=DispatchConfig(max_attempts=args.max_attempts,
+                                    internal_stream_interval=args.internal_stream_interval,
+                                    route_wait_s=args.route_wait_s),
+            admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
+        )

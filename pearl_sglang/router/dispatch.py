@@ -1,0 +1,264 @@
+"""Run one generate item to completion across workers, keeping partial trajectories.
+
+Each attempt streams from a colocated worker or from a PD pair (the same body with
+bootstrap fields to both, the decode's stream is the answer). When an attempt ends
+without finishing (the control plane drained its worker, the worker died, a prefill
+failed while its decode waited), the tokens so far are kept and prompt + partial output
+is resubmitted elsewhere with the remaining budget; the client sees one response. Only a
+client's own abort, a finished generation, or a worker's rejection of the request end it.
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import urlparse
+
+import aiohttp
+
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.errors import (
+    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected, WorkerUnavailable,
+)
+from pearl_sglang.router.generate_request import GenerateItem
+from pearl_sglang.router.inflight import EndCause, InFlightRegistry
+from pearl_sglang.router.selection import NoRoute, Selector, Target, prefix_key
+from pearl_sglang.router.stitch import Stitcher
+from pearl_sglang.router.worker_client import Timeouts, abort, post_json, stream_generate
+
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    max_attempts: int = 8
+    internal_stream_interval: int = 16
+    route_wait_s: float = 60.0
+    prefill_grace_s: float = 30.0
+
+    def validate(self) -> None:
+        if self.max_attempts < 1 or self.internal_stream_interval < 1:
+            raise ValueError("max_attempts and internal_stream_interval must be >= 1")
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What telemetry and metrics learn from a finished item."""
+
+    item: GenerateItem
+    trajectory: str | None
+    final: dict[str, Any]
+    target: Target | None
+    attempts: int
+    started: float
+    ended: float
+
+
+def _finish_reason(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    return (chunk.get("meta_info") or {}).get("finish_reason")
+
+
+class Dispatcher:
+    def __init__(self, *, session: aiohttp.ClientSession, store: StateStore, selector: Selector,
+                 inflight: InFlightRegistry, gate: AdmissionGate, timeouts: Timeouts,
+                 config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
+                 on_worker_failure: Callable[[int], None] = lambda slot: None,
+                 on_complete: Callable[[Completed], None] = lambda c: None) -> None:
+        self.session = session
+        self.store = store
+        self.selector = selector
+        self.inflight = inflight
+        self.gate = gate
+        self.timeouts = timeouts
+        self.config = config
+        self.unavailable = unavailable
+        self.on_worker_failure = on_worker_failure
+        self.on_complete = on_complete
+        self.migrations = 0
+
+    async def run(self, item: GenerateItem, *, trajectory: str | None = None,
+                  client_stream_interval: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield stitched cumulative chunks; the last one carries ``finish_reason``."""
+        await self.gate.admit()
+        started = time.monotonic()
+        stitcher = Stitcher(item.rid, list(item.input_ids) if item.input_ids is not None else None)
+        entry = self.inflight.open(item.rid)
+        key = prefix_key(item.input_ids, item.text)
+        failed: set[int] = set()
+        target: Target | None = None
+        finished = False
+        try:
+            while True:
+                if entry.cause is EndCause.CLIENT_ABORT:
+                    finished = True
+                    yield self._final(stitcher, item, started, ABORTED)
+                    return
+                remaining = item.max_new_tokens - stitcher.generated
+                if stitcher.generated and remaining <= 0:
+                    finished = True
+                    yield self._final(stitcher, item, started,
+                                      {"type": "length", "length": item.max_new_tokens})
+                    return
+                target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid)
+                entry.slots = target.slots
+                entry.urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
+                entry.cause = None if entry.cause is EndCause.MIGRATE else entry.cause
+                body = self._body(item, stitcher, remaining, client_stream_interval)
+                final: dict[str, Any] | None = None
+                try:
+                    async for chunk in self._attempt(target, body, item):
+                        stitcher.update(chunk)
+                        if _finish_reason(chunk) is None:
+                            yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
+                        else:
+                            final = chunk
+                except (WorkerUnavailable, WorkerFailed) as e:
+                    slot = int(e.worker_id)
+                    failed.add(slot)
+                    self.on_worker_failure(slot)
+                if final is not None:
+                    reason = _finish_reason(final)
+                    if (reason.get("type") != "abort" or entry.cause is EndCause.CLIENT_ABORT
+                            or (reason.get("status_code") or 0) >= 400):
+                        finished = True
+                        out = self._final(stitcher, item, started, None)
+                        self.on_complete(Completed(item, trajectory, out, target, stitcher.attempts,
+                                                   started, time.monotonic()))
+                        yield out
+                        return
+                elif entry.cause is EndCause.CLIENT_ABORT:
+                    continue
+                if stitcher.attempts >= self.config.max_attempts:
+                    raise UpstreamFailed(
+                        f"request {item.rid} did not finish after {stitcher.attempts} attempts; "
+                        f"{stitcher.generated} tokens were generated")
+                stitcher.next_attempt()
+                self.migrations += 1
+        finally:
+            self.inflight.close(item.rid)
+            if not finished:
+                # The client went away or the request failed: free the workers' slots.
+                for url in entry.urls:
+                    asyncio.ensure_future(abort(self.session, url=url, rid=item.rid, timeouts=self.timeouts))
+
+    async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
+                    what: str) -> Target:
+        """Pick a target from the current table, waiting (bounded) while none is routable.
+        ``exclude`` holds workers that failed this request; it is cleared when nothing else
+        is left, so one bad call never strands a request."""
+        deadline = time.monotonic() + self.config.route_wait_s
+        while True:
+            try:
+                target = self.selector.choose(self.store.table, load=self.inflight.load(), key=key,
+                                              trajectory=trajectory, exclude=exclude | self.unavailable())
+            except NoRoute:
+                if exclude:
+                    exclude.clear()
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ServiceUnavailable(
+                        f"no active worker could take {what} within {self.config.route_wait_s:.0f}s",
+                        kind="no_worker") from None
+                await self.store.wait_changed(min(left, 1.0))
+                continue
+            self.selector.remember(target, key, trajectory)
+            return target
+
+    def _body(self, item: GenerateItem, stitcher: Stitcher, remaining: int,
+              client_interval: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {k: v for k, v in item.extra.items() if k != "return_prompt_token_ids"}
+        sampling = dict(item.sampling)
+        sampling["max_new_tokens"] = remaining
+        if "min_new_tokens" in sampling:
+            sampling["min_new_tokens"] = max(0, int(sampling["min_new_tokens"]) - stitcher.generated)
+        sampling["stream_interval"] = client_interval or self.config.internal_stream_interval
+        body["sampling_params"] = sampling
+        body["rid"] = item.rid
+        if stitcher.generated == 0:
+            if item.text is not None:
+                body["text"] = item.text
+                body["return_prompt_token_ids"] = True
+            else:
+                body["input_ids"] = list(item.input_ids or ())
+        elif stitcher.prompt_ids is not None:
+            body["input_ids"] = stitcher.prompt_ids + stitcher.generated_ids
+        else:
+            raise UpstreamFailed(f"request {item.rid} lost its worker before its prompt ids were known")
+        return body
+
+    def _final(self, stitcher: Stitcher, item: GenerateItem, started: float,
+               reason: dict[str, Any] | None) -> dict[str, Any]:
+        out = stitcher.merged(e2e_latency=time.monotonic() - started)
+        if reason is not None:
+            out["meta_info"]["finish_reason"] = reason
+        return self._with_prompt_ids(out, stitcher, item)
+
+    @staticmethod
+    def _with_prompt_ids(out: dict[str, Any], stitcher: Stitcher, item: GenerateItem) -> dict[str, Any]:
+        if item.extra.get("return_prompt_token_ids") and stitcher.prompt_ids is not None:
+            out["prompt_token_ids"] = stitcher.prompt_ids
+        return out
+
+    def _attempt(self, target: Target, body: dict[str, Any],
+                 item: GenerateItem) -> AsyncIterator[dict[str, Any]]:
+        if not target.is_pd:
+            w = target.worker
+            return stream_generate(self.session, slot=w.slot, url=w.endpoint, body=body, timeouts=self.timeouts)
+        return self._pd_attempt(target, body, item)
+
+    async def _pd_attempt(self, target: Target, body: dict[str, Any],
+                          item: GenerateItem) -> AsyncIterator[dict[str, Any]]:
+        prefill, decode = target.prefill, target.decode
+        pd_body = {**body, "bootstrap_host": urlparse(prefill.endpoint).hostname,
+                   "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
+        prefill_call = asyncio.ensure_future(post_json(
+            self.session, slot=prefill.slot, url=prefill.endpoint, path="/generate",
+            body={**pd_body, "stream": False}, timeouts=self.timeouts))
+        chunks = stream_generate(self.session, slot=decode.slot, url=decode.endpoint, body=pd_body,
+                                 timeouts=self.timeouts).__aiter__()
+        next_chunk = asyncio.ensure_future(chunks.__anext__())
+        try:
+            while True:
+                waiting = {next_chunk} if prefill_call.done() else {next_chunk, prefill_call}
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if prefill_call in done and prefill_call.exception() is not None:
+                    raise prefill_call.exception()
+                if next_chunk not in done:
+                    continue
+                try:
+                    chunk = next_chunk.result()
+                except StopAsyncIteration:
+                    return
+                if _finish_reason(chunk) is not None and item.return_logprob:
+                    chunk = await self._merge_input_logprobs(chunk, prefill_call)
+                yield chunk
+                next_chunk = asyncio.ensure_future(chunks.__anext__())
+        except WorkerError as e:
+            if e.worker_id == str(prefill.slot):
+                # The decode would wait for KV that never comes: free it now, never hang.
+                await abort(self.session, url=decode.endpoint, rid=body["rid"], timeouts=self.timeouts)
+            else:
+                await abort(self.session, url=prefill.endpoint, rid=body["rid"], timeouts=self.timeouts)
+            raise
+        finally:
+            for task in (next_chunk, prefill_call):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(next_chunk, prefill_call, return_exceptions=True)
+            await chunks.aclose()
+
+    async def _merge_input_logprobs(self, chunk: dict[str, Any], prefill_call: asyncio.Future) -> dict[str, Any]:
+        try:
+            reply = await asyncio.wait_for(asyncio.shield(prefill_call), self.config.prefill_grace_s)
+        except (asyncio.TimeoutError, WorkerError):
+            return chunk
+        pre = (reply or {}).get("meta_info", {}).get("input_token_logprobs") if isinstance(reply, dict) else None
+        if not pre:
+            return chunk
+        meta = dict(chunk["meta_info"])
+        meta["input_token_logprobs"] = list(pre) + list(meta.get("input_token_logprobs") or [])
+        return {**chunk, "meta_info": meta}

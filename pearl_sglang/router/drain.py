@@ -1,0 +1,38 @@
+"""Move in-flight requests off a worker the control plane is taking away.
+
+The caller first takes the worker out of routing in the state table (LEAVING, SWITCHING or
+INACTIVE), then calls ``migrate_off``: every item on it is marked for migration and
+aborted there by its exact rid (prefill and decode alike). The dispatcher keeps the
+partial output and resubmits it elsewhere, so the drain is an event, not a timed wait.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from pearl_sglang.router.inflight import EndCause
+from pearl_sglang.router.state import RouterState
+from pearl_sglang.router.worker_client import abort
+
+
+async def migrate_off(st: RouterState, slot: int) -> int:
+    """Returns how many items were moved."""
+    entries = st.inflight.on_slot(slot)
+    calls = []
+    for entry in entries:
+        if entry.cause is None:
+            entry.cause = EndCause.MIGRATE
+        calls.extend(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
+                     for url in entry.urls)
+    await asyncio.gather(*calls)
+    return len(entries)
+
+
+async def wait_drained(st: RouterState, slot: int, timeout_s: float) -> bool:
+    """Wait until no item is on ``slot``; False if the deadline passed first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while st.inflight.on_slot(slot):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True

@@ -1,0 +1,62 @@
+"""Worker health: a circuit breaker per slot, fed by failed calls and periodic probes.
+
+Only ACTIVE workers are probed. A worker that is paused for a weight update, has released
+its memory or is switching role is not ACTIVE in the table, so a planned pause is never
+mistaken for a dead worker; an ACTIVE worker that fails ``failures_to_open`` calls in a
+row is kept out of routing for ``cooldown_s``, then given one trial.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from pearl_sglang.control.state_store import StateStore
+
+log = logging.getLogger("pearl.router.health")
+
+
+@dataclass
+class CircuitBreakers:
+    failures_to_open: int = 3
+    cooldown_s: float = 30.0
+    _failures: dict[int, int] = field(default_factory=dict)
+    _open_until: dict[int, float] = field(default_factory=dict)
+
+    def failure(self, slot: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._failures[slot] = self._failures.get(slot, 0) + 1
+        if self._failures[slot] >= self.failures_to_open:
+            if slot not in self._open_until or self._open_until[slot] <= now:
+                log.warning("circuit open for worker slot %s", slot)
+            self._open_until[slot] = now + self.cooldown_s
+
+    def success(self, slot: int) -> None:
+        self._failures.pop(slot, None)
+        self._open_until.pop(slot, None)
+
+    def open_slots(self, now: float | None = None) -> set[int]:
+        now = time.monotonic() if now is None else now
+        return {slot for slot, until in self._open_until.items() if until > now}
+
+
+async def probe_loop(session: aiohttp.ClientSession, store: StateStore, breakers: CircuitBreakers,
+                     interval_s: float, timeout_s: float = 20.0) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        for worker in store.table.active():
+            if not worker.endpoint:
+                continue
+            try:
+                timeout = aiohttp.ClientTimeout(total=timeout_s)
+                async with session.get(worker.endpoint + "/health", timeout=timeout) as resp:
+                    ok = resp.status == 200
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+                ok = False
+            if ok:
+                breakers.success(worker.slot)
+            else:
+                breakers.failure(worker.slot)

@@ -1,0 +1,235 @@
+"""Inference endpoints: SGLang's ``/generate`` and the OpenAI-compatible API.
+
+``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
+affinity). OpenAI requests are proxied to the chosen worker (or PD pair) as they are, so
+chat templates stay the worker's; they are retried elsewhere only before the first byte
+reached the client (token-exact retention needs token ids, which is what ``/generate``
+gives RL frameworks).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import Any, AsyncIterator
+from urllib.parse import urlparse
+
+import aiohttp
+from aiohttp import web
+
+from pearl_sglang.router.errors import (
+    BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerRejected,
+)
+from pearl_sglang.router.generate_request import parse_generate
+from pearl_sglang.router.inflight import EndCause
+from pearl_sglang.router.middleware import read_json
+from pearl_sglang.router.selection import prefix_key
+from pearl_sglang.router.state import ROUTER, RouterState
+from pearl_sglang.router.worker_client import abort
+
+TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
+TURN_HEADER = "X-Pearl-Turn"
+
+
+def _rejected(e: WorkerRejected) -> web.Response:
+    return web.Response(status=e.status, body=e.body, content_type=e.content_type.split(";")[0])
+
+
+class _StreamSlot:
+    """Counts concurrent streams per client (``limit_max_streams_per_client``)."""
+
+    def __init__(self, st: RouterState, request: web.Request) -> None:
+        self.st = st
+        self.client = request.remote or "unknown"
+
+    def __enter__(self) -> None:
+        counts = self.st.streams_by_client
+        if counts.get(self.client, 0) >= self.st.config.limits.max_streams_per_client:
+            raise TooManyStreams(
+                f"client has {counts[self.client]} streams open; max_streams_per_client="
+                f"{self.st.config.limits.max_streams_per_client}")
+        counts[self.client] = counts.get(self.client, 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        counts = self.st.streams_by_client
+        counts[self.client] -= 1
+        if not counts[self.client]:
+            del counts[self.client]
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    st = request.app[ROUTER]
+    started = time.monotonic()
+    call = parse_generate(await read_json(request), st.config.limits)
+    busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
+    if busy:
+        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    trajectory = request.headers.get(TRAJECTORY_HEADER)
+    interval = call.items[0].sampling.get("stream_interval") if call.stream else None
+    runs = [st.dispatcher.run(item, trajectory=trajectory, client_stream_interval=interval)
+            for item in call.items]
+    try:
+        if call.stream:
+            with _StreamSlot(st, request):
+                return await _stream(request, runs, call.is_batch)
+        results = await asyncio.gather(*(_last(r) for r in runs))
+        return web.json_response(results if call.is_batch else results[0])
+    except WorkerRejected as e:
+        return _rejected(e)
+    finally:
+        st.metrics.latency.labels("generate").observe(time.monotonic() - started)
+
+
+async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
+    last = None
+    async for chunk in run:
+        last = chunk
+    return last
+
+
+async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]],
+                  is_batch: bool) -> web.StreamResponse:
+    """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``."""
+    first = [asyncio.ensure_future(r.__anext__()) for r in runs]
+    # Surface a rejection before committing to a 200 stream.
+    done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        exc = task.exception()
+        if isinstance(exc, (RouterError, WorkerRejected)):
+            for t in first:
+                t.cancel()
+            raise exc
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, run: AsyncIterator[dict[str, Any]], head: asyncio.Future) -> None:
+        try:
+            chunk = await head
+            while True:
+                await queue.put((index, chunk))
+                chunk = await run.__anext__()
+        except StopAsyncIteration:
+            pass
+        except (RouterError, WorkerError) as e:
+            await queue.put((index, _error_event(e)))
+        finally:
+            await queue.put((index, None))
+
+    pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
+    open_items = len(runs)
+    try:
+        while open_items:
+            index, chunk = await queue.get()
+            if chunk is None:
+                open_items -= 1
+                continue
+            if is_batch:
+                chunk = {**chunk, "index": index}
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+    finally:
+        for p in pumps:
+            p.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+    return resp
+
+
+def _error_event(e: Exception) -> dict[str, Any]:
+    if isinstance(e, RouterError):
+        return e.body()
+    if isinstance(e, WorkerRejected):
+        try:
+            return json.loads(e.body)
+        except ValueError:
+            return {"error": {"message": e.body.decode(errors="replace"), "code": e.status}}
+    return {"error": {"message": str(e), "type": "upstream_failed", "code": 502}}
+
+
+async def abort_request(request: web.Request) -> web.Response:
+    """Abort every in-flight item whose rid equals or starts with ``rid`` (or all), on every
+    worker that holds it, prefill and decode alike, always by its exact rid."""
+    st = request.app[ROUTER]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    rid, abort_all = body.get("rid"), body.get("abort_all", False)
+    if not isinstance(abort_all, bool) or (not abort_all and (not isinstance(rid, str) or not rid)):
+        raise BadRequest("give a non-empty string 'rid' or 'abort_all': true")
+    entries = st.inflight.matching(None if abort_all else rid)
+    calls = []
+    for entry in entries:
+        entry.cause = EndCause.CLIENT_ABORT
+        calls.extend(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
+                     for url in entry.urls)
+    await asyncio.gather(*calls)
+    return web.json_response({"aborted": [e.rid for e in entries]})
+
+
+async def openai_proxy(request: web.Request) -> web.StreamResponse:
+    st = request.app[ROUTER]
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    for key in ("bootstrap_host", "bootstrap_port", "bootstrap_room"):
+        body.pop(key, None)
+    text = json.dumps(body.get("messages") or body.get("prompt") or "")
+    key = prefix_key(None, text)
+    trajectory = request.headers.get(TRAJECTORY_HEADER)
+    failed: set[int] = set()
+    last_error: Exception | None = None
+    for _ in range(st.config.dispatch.max_attempts):
+        await st.gate.admit()
+        target = await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=request.path)
+        try:
+            return await _proxy_once(request, st, target, body)
+        except WorkerRejected as e:
+            return _rejected(e)
+        except WorkerError as e:
+            failed.add(int(e.worker_id))
+            st.breakers.failure(int(e.worker_id))
+            last_error = e
+    raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
+
+
+async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[str, Any]) -> web.StreamResponse:
+    from pearl_sglang.router.errors import WorkerFailed, WorkerUnavailable
+
+    timeouts = st.config.timeouts
+    main = target.decode if target.is_pd else target.worker
+    prefill_task = None
+    if target.is_pd:
+        body = {**body, "bootstrap_host": urlparse(target.prefill.endpoint).hostname,
+                "bootstrap_port": target.prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
+        prefill_task = asyncio.ensure_future(_drain(st.session, target.prefill, request.path,
+                                                    {**body, "stream": False}, timeouts))
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    resp: web.StreamResponse | None = None
+    try:
+        async with st.session.post(main.endpoint + request.path, json=body, timeout=timeout) as up:
+            if up.status >= 400:
+                data = await up.read()
+                if up.status < 500:
+                    raise WorkerRejected(str(main.slot), up.status, data, up.headers.get("Content-Type", "application/json"))
+                raise WorkerFailed(str(main.slot), f"HTTP {up.status}")
+            resp = web.StreamResponse(status=up.status, headers={
+                "Content-Type": up.headers.get("Content-Type", "application/json")})
+            await resp.prepare(request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+        await resp.write_eof()
+        return resp
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        if resp is not None:
+            raise  # bytes already reached the client: nothing can be retried
+        raise WorkerUnavailable(str(main.slot), repr(e)) from e
+    finally:
+        if prefill_task is not None and not prefill_task.done():
+            prefill_task.cancel()
+
+
+async def _drain(session, worker, path, body, timeouts) -> None:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    async with session.post(worker.endpoint + path, json=body, timeout=timeout) as resp:
+        await resp.read()

@@ -1,0 +1,60 @@
+"""Requests in flight through the router: which workers hold each rid, and why it ended.
+
+The router knows every rid it sent, so it aborts with exact rids (SGLang 0.5.23 ignores an
+abort whose rid is only a prefix of a batch's ``{rid}_{i}`` items) and tells a client's
+abort (finish and return the partial output) from the control plane's drain (resubmit
+the partial output elsewhere).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class EndCause(str, Enum):
+    CLIENT_ABORT = "client_abort"
+    MIGRATE = "migrate"
+
+
+@dataclass
+class InFlight:
+    rid: str
+    slots: tuple[int, ...] = ()
+    urls: tuple[str, ...] = ()
+    cause: EndCause | None = None
+
+
+@dataclass
+class InFlightRegistry:
+    _by_rid: dict[str, InFlight] = field(default_factory=dict)
+
+    def open(self, rid: str) -> InFlight:
+        entry = InFlight(rid=rid)
+        self._by_rid[rid] = entry
+        return entry
+
+    def close(self, rid: str) -> None:
+        self._by_rid.pop(rid, None)
+
+    def is_open(self, rid: str) -> bool:
+        return rid in self._by_rid
+
+    def __len__(self) -> int:
+        return len(self._by_rid)
+
+    def load(self) -> dict[int, int]:
+        """Requests in flight per worker slot (a prefill and its decode both count)."""
+        counts: dict[int, int] = {}
+        for entry in self._by_rid.values():
+            for slot in entry.slots:
+                counts[slot] = counts.get(slot, 0) + 1
+        return counts
+
+    def matching(self, rid: str | None) -> list[InFlight]:
+        """``rid`` matches itself and any rid it is a prefix of; ``None`` matches all."""
+        if rid is None:
+            return list(self._by_rid.values())
+        return [e for e in self._by_rid.values() if e.rid == rid or e.rid.startswith(rid)]
+
+    def on_slot(self, slot: int) -> list[InFlight]:
+        return [e for e in self._by_rid.values() if slot in e.slots]

@@ -1,0 +1,35 @@
+"""Request limits the router enforces before any worker sees a request.
+
+Each limit has a name; a request over it gets a 4xx whose error ``type`` is
+``limit_<name>`` so clients and operators can tell which one was hit.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_batch_size: int = 512
+    max_n: int = 64
+    max_new_tokens: int = 131072
+    max_streams_per_client: int = 4096
+    max_rid_length: int = 256
+
+    def validate(self) -> None:
+        for f in fields(self):
+            if getattr(self, f.name) < 1:
+                raise ValueError(f"limit {f.name} must be >= 1")
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("request limits")
+        for f in fields(Limits):
+            group.add_argument(f"--limit-{f.name.replace('_', '-')}", dest=f"limit_{f.name}",
+                               type=int, default=f.default)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "Limits":
+        return cls(**{f.name: getattr(args, f"limit_{f.name}") for f in fields(cls)})

@@ -1,0 +1,60 @@
+"""Prometheus series of the router, in a registry per application (no global state).
+
+Worker-state series are computed at scrape time from the state table, so they can never
+disagree with it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pearl_sglang.core.state import StateTable
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class _TableCollector(Collector):
+    def __init__(self, table: Callable[[], StateTable]) -> None:
+        self._table = table
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        table = self._table()
+        workers = GaugeMetricFamily("pearl_workers", "Rollout workers by role, activity and zone",
+                                    labels=["role", "activity", "zone"])
+        counts: dict[tuple[str, str, str], int] = {}
+        for w in table.rollout_workers():
+            key = (w.role.value, w.activity.value, w.zone.value)
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in sorted(counts.items()):
+            workers.add_metric(list(key), n)
+        yield workers
+        yield GaugeMetricFamily("pearl_state_revision", "Updates applied to the state table",
+                                value=table.revision)
+        yield GaugeMetricFamily("pearl_training_owns_overlap", "1 while training owns the overlap GPUs",
+                                value=1 if table.training_owns_overlap else 0)
+
+
+class RouterMetrics:
+    def __init__(self, table: Callable[[], StateTable]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("pearl_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
+        self.latency = Histogram("pearl_request_duration_seconds", "Time to the full answer", ["endpoint"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("pearl_tokens", "Tokens of finished generate items", ["kind"], registry=r)
+        self.routed = Counter("pearl_routed", "Attempts sent to a worker", ["slot", "role"], registry=r)
+        self.migrations = Counter("pearl_migrations", "Items resubmitted elsewhere with their partial output",
+                                  registry=r)
+        self.worker_failures = Counter("pearl_worker_failures", "Failed calls to a worker", ["slot"], registry=r)
+        self.inflight = Gauge("pearl_inflight_requests", "Generate items in flight", registry=r)
+        self.admission_waiting = Gauge("pearl_admission_waiting", "Requests held by the admission gate",
+                                       registry=r)
+        self.decisions = Counter("pearl_decisions", "Decisions of the PD decision engine", ["mode", "switch"],
+                                 registry=r)
+        self.reconfig_seconds = Histogram("pearl_reconfiguration_phase_seconds",
+                                          "Duration of reconfiguration phases", ["operation", "phase"],
+                                          buckets=_LATENCY_BUCKETS, registry=r)
+        r.register(_TableCollector(table))

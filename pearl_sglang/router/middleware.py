@@ -1,0 +1,96 @@
+"""Cross-cutting HTTP concerns: typed errors to JSON, authentication, body limits.
+
+No handler ever answers a bare 500: a ``RouterError`` becomes its own 4xx/5xx JSON, an
+aiohttp HTTP exception (unknown path, wrong method) keeps its status with a JSON body,
+and anything unexpected is logged and answered 500 with a JSON message.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from pearl_sglang.router.errors import RouterError, Unauthorized
+
+log = logging.getLogger("pearl.router")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ADMIN = "admin"
+INFERENCE = "inference"
+PUBLIC = "public"
+
+
+def error_response(status: int, message: str, kind: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except RouterError as e:
+        return web.json_response(e.body(), status=e.status)
+    except web.HTTPRequestEntityTooLarge as e:
+        return error_response(413, f"body exceeds the limit ({e.text})", "limit_max_body_bytes")
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return error_response(e.status, e.reason or "error", e.reason.lower().replace(" ", "_"))
+    except json.JSONDecodeError as e:
+        return error_response(400, f"malformed JSON: {e}", "invalid_json")
+    except Exception:  # noqa: BLE001 - last line of defence, logged with traceback
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, "internal router error (see router log)", "internal_error")
+
+
+def _token(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        return auth[len("Bearer "):].strip()
+    return request.headers.get("X-Api-Key")
+
+
+def _matches(given: str | None, expected: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def auth_middleware(*, admin_token: str | None, api_key: str | None,
+                    access: Callable[[web.Request], str]) -> Callable:
+    """``access(request)`` names the route's class; admin routes always need the admin
+    token (when none is configured, they are refused: the cluster cannot be reshaped by
+    anonymous callers), inference routes need the API key when one is set."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        kind = access(request)
+        given = _token(request)
+        if kind == ADMIN:
+            if admin_token is None:
+                raise Unauthorized("admin endpoints are disabled: start the router with an admin token",
+                                   kind="admin_disabled")
+            if not _matches(given, admin_token):
+                raise Unauthorized("missing or wrong admin token (Authorization: Bearer ...)")
+        elif kind == INFERENCE and api_key is not None:
+            if not (_matches(given, api_key) or (admin_token and _matches(given, admin_token))):
+                raise Unauthorized("missing or wrong API key (Authorization: Bearer ...)")
+        return await handler(request)
+
+    return middleware
+
+
+async def read_json(request: web.Request) -> object:
+    from pearl_sglang.router.errors import BadRequest
+
+    ctype = request.headers.get("Content-Type", "application/json")
+    if "json" not in ctype:
+        raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
+    raw = await request.read()
+    if not raw.strip():
+        raise BadRequest("the body is empty; a JSON object is required")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"malformed JSON: {e}", kind="invalid_json") from e

@@ -1,0 +1,33 @@
+"""Typed application state (aiohttp ``AppKey``s) shared by the router's handlers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.dispatch import Dispatcher
+from pearl_sglang.router.health import CircuitBreakers
+from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.metrics import RouterMetrics
+from pearl_sglang.router.selection import Selector
+
+
+@dataclass
+class RouterState:
+    config: RouterConfig
+    store: StateStore
+    selector: Selector
+    inflight: InFlightRegistry
+    gate: AdmissionGate
+    breakers: CircuitBreakers
+    metrics: RouterMetrics
+    session: aiohttp.ClientSession | None = None
+    dispatcher: Dispatcher | None = None
+    streams_by_client: dict[str, int] | None = None
+
+
+ROUTER = web.AppKey("pearl_router", RouterState)

@@ -1,0 +1,103 @@
+"""HTTP calls from the router to one SGLang worker, with typed failures.
+
+Every ``/generate`` goes to workers as a stream, even when the client asked for one JSON
+reply: the router then holds every token the worker reported, so a worker that dies
+without answering (SGLang's scheduler can crash) loses nothing already generated.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
+
+# A cumulative chunk of a long output (prompt ids included) can be megabytes long.
+_READ_BUFSIZE = 1 << 24
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 5.0
+    chunk_s: float = 600.0
+    control_s: float = 30.0
+
+
+def _id(slot: int | str) -> str:
+    return str(slot)
+
+
+async def _raise_for_status(resp: aiohttp.ClientResponse, worker: str) -> None:
+    if resp.status < 400:
+        return
+    data = await resp.read()
+    if 400 <= resp.status < 500 and resp.status not in (408, 429):
+        raise WorkerRejected(worker, resp.status, data, resp.headers.get("Content-Type", "application/json"))
+    raise WorkerFailed(worker, f"HTTP {resp.status}: {data[:200]!r}")
+
+
+def _error_event(worker: str, event: dict[str, Any]) -> Exception:
+    err = event.get("error")
+    info = err if isinstance(err, dict) else {"message": str(err)}
+    code = info.get("code") if isinstance(info.get("code"), int) else 500
+    if 400 <= code < 500:
+        body = json.dumps({"error": info}).encode()
+        return WorkerRejected(worker, code, body, "application/json")
+    return WorkerFailed(worker, f"error event: {info.get('message')}")
+
+
+async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str,
+                          body: dict[str, Any], timeouts: Timeouts) -> AsyncIterator[dict[str, Any]]:
+    """Yield the worker's cumulative chunks; the last one carries ``finish_reason``."""
+    worker = _id(slot)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    try:
+        async with session.post(url + "/generate", json={**body, "stream": True}, timeout=timeout,
+                                read_bufsize=_READ_BUFSIZE) as resp:
+            await _raise_for_status(resp, worker)
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    return
+                event = json.loads(payload)
+                if "error" in event:
+                    raise _error_event(worker, event)
+                yield event
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+        raise WorkerUnavailable(worker, f"stream broke: {e!r}") from e
+    raise WorkerUnavailable(worker, "stream ended without [DONE]")
+
+
+async def post_json(session: aiohttp.ClientSession, *, slot: int, url: str, path: str,
+                    body: Any, timeouts: Timeouts) -> Any:
+    """A control or prefill call that answers with one JSON document (or none)."""
+    worker = _id(slot)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    try:
+        async with session.post(url + path, json=body, timeout=timeout, read_bufsize=_READ_BUFSIZE) as resp:
+            await _raise_for_status(resp, worker)
+            data = await resp.read()
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        raise WorkerUnavailable(worker, f"{path} failed: {e!r}") from e
+    if not data.strip():
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
+
+
+async def abort(session: aiohttp.ClientSession, *, url: str, rid: str, timeouts: Timeouts) -> bool:
+    """Best effort: a worker that cannot be reached holds nothing we can save anyway."""
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeouts.control_s, sock_connect=timeouts.connect_s)
+        async with session.post(url + "/abort_request", json={"rid": rid}, timeout=timeout) as resp:
+            return resp.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+        return False

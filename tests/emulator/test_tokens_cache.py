@@ -1,0 +1,96 @@
+"""Pure pieces: the token function, the context hash, the prefix cache, the link."""
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from pearl_sglang.emulator.prefix_cache import PrefixCache
+from pearl_sglang.emulator.tokens import (TokenSpace, block_hashes, extend_hash, hash_tokens,
+                                          version_salt)
+from pearl_sglang.emulator.transfer import SharedLink
+
+tokens = st.lists(st.integers(0, 150_000), max_size=300)
+
+
+@given(tokens, tokens)
+def test_bulk_hash_equals_incremental(a: list[int], b: list[int]) -> None:
+    h = 0
+    for t in a + b:
+        h = extend_hash(h, t)
+    assert hash_tokens(a + b) == h
+    assert hash_tokens(b, hash_tokens(a)) == h
+
+
+@given(tokens, st.integers(1, 32))
+def test_block_hashes_are_prefix_hashes(a: list[int], page: int) -> None:
+    keys = block_hashes(a, page)
+    assert len(keys) == len(a) // page
+    for i, k in enumerate(keys):
+        assert k == hash_tokens(a[: (i + 1) * page])
+
+
+def test_next_token_avoids_specials_and_eos() -> None:
+    space = TokenSpace(vocab_size=64, eos_token_id=5, special_ids=frozenset({0, 1, 2}), low=0)
+    salt = version_salt("v1")
+    seen = {space.next_token(h, salt) for h in range(5000)}
+    assert not seen & {0, 1, 2, 5}
+    assert len(seen) > 50
+
+
+def test_tokens_depend_on_version_and_context() -> None:
+    space = TokenSpace(vocab_size=150_000, eos_token_id=0)
+    h = hash_tokens([1, 2, 3])
+    a, b = version_salt("v1"), version_salt("v2")
+    assert space.next_token(h, a) == space.next_token(hash_tokens([1, 2, 3]), a)
+    diffs = sum(space.next_token(hash_tokens([i]), a) != space.next_token(hash_tokens([i]), b)
+                for i in range(100))
+    assert diffs > 95
+
+
+def test_eos_probability_is_respected() -> None:
+    space = TokenSpace(vocab_size=1000, eos_token_id=0, eos_probability=0.05)
+    salt = version_salt("v")
+    rate = sum(space.wants_eos(hash_tokens([i]), salt) for i in range(20_000)) / 20_000
+    assert 0.04 < rate < 0.06
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.sampled_from("mlue"), st.integers(0, 6), st.integers(1, 5)), max_size=60))
+def test_prefix_cache_invariants(ops: list[tuple[str, int, int]]) -> None:
+    cache = PrefixCache(page=4)
+    chains = [[hash((c, i)) for i in range(8)] for c in range(7)]
+    locked: list[list[int]] = []
+    for op, c, n in ops:
+        keys = chains[c][:n]
+        if op == "m":
+            got = cache.match(keys, 1000)
+            assert got <= n
+        elif op == "l":
+            m = cache.match(keys, 1000)
+            cache.lock(keys[:m])
+            locked.append(keys[:m])
+        elif op == "u" and locked:
+            cache.unlock(locked.pop())
+        elif op == "e":
+            cache.evict(n * 4)
+        cache.insert(keys) if op == "m" else None
+        assert cache.evictable_tokens <= cache.tokens
+        for ks in locked:  # locked pages survive eviction
+            assert cache.match(ks, 1000) == len(ks)
+
+
+def test_prefix_cache_evicts_leaves_first() -> None:
+    cache = PrefixCache(page=1)
+    cache.insert([1, 2, 3])
+    cache.evict(1)
+    assert cache.match([1, 2, 3], 10) == 2
+
+
+def test_shared_link_processor_sharing() -> None:
+    link = SharedLink(bandwidth=100.0, latency_s=0.0)
+    link.add("a", 100.0, 0.0)
+    link.add("b", 100.0, 0.0)
+    assert abs(link.next_completion() - 2.0) < 1e-9
+    link.add("c", 50.0, 1.0)  # a, b have 50 left; all three share from t=1
+    t = link.next_completion()
+    assert abs(t - 2.5) < 1e-9
+    assert sorted(link.pop_completed(t)) == ["a", "b", "c"]

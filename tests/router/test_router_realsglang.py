@@ -1,0 +1,161 @@
+"""The router in front of real SGLang 0.5.23 servers on CPU: colocated and PD routing,
+streaming, chat through the official openai client, abort forwarding, and a worker killed
+mid-request whose request completes elsewhere token for token."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.testing.servers import wait_all_healthy
+from tests.router.conftest import running_router
+from tests.support.workers import WorkerLauncher
+
+pytestmark = pytest.mark.realsglang
+
+GREEDY = {"temperature": 0, "max_new_tokens": 12, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def real(worker_sets):
+    return worker_sets("sglang")
+
+
+async def _post(url, body, timeout=120):
+    async with httpx.AsyncClient(timeout=timeout) as c:
+        return await c.post(url, json=body)
+
+
+async def _sse(url, body, timeout=120):
+    events = []
+    async with httpx.AsyncClient(timeout=timeout) as c:
+        async with c.stream("POST", url, json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    data = line[5:].strip()
+                    events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+async def test_colocated_generate_equals_direct(real):
+    worker, _ = real
+    body = {"text": "the agent opens the file", "sampling_params": GREEDY}
+    direct = (await _post(worker.url + "/generate", body)).json()
+    async with running_router(regular=[worker.url]) as (url, _, _):
+        routed = (await _post(url + "/generate", {**body, "rid": "co-1"})).json()
+        batch = (await _post(url + "/generate", {"input_ids": [[5, 6], [7, 8, 9]], "rid": "b",
+                                                 "sampling_params": {**GREEDY, "n": 2}})).json()
+    assert routed["output_ids"] == direct["output_ids"]
+    assert routed["text"] == direct["text"]
+    assert routed["meta_info"]["id"] == "co-1"
+    assert routed["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
+    assert routed["meta_info"]["weight_versions"] == [{"version": "default", "start": 0, "end": 12}]
+    assert [o["meta_info"]["id"] for o in batch] == ["b_0", "b_1", "b_2", "b_3"]
+    assert batch[0]["output_ids"] == batch[1]["output_ids"]  # greedy samples of one prompt
+
+
+async def test_colocated_streaming(real):
+    worker, _ = real
+    body = {"text": "stream through the router", "sampling_params": {**GREEDY, "stream_interval": 2}}
+    direct = (await _post(worker.url + "/generate", body)).json()
+    async with running_router(regular=[worker.url]) as (url, _, _):
+        events = await _sse(url + "/generate", {**body, "stream": True})
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert len(chunks) >= 3
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    for prev, cur in zip(chunks, chunks[1:]):
+        assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
+    assert chunks[-1]["output_ids"] == direct["output_ids"]
+
+
+async def test_pd_generate_equals_colocated(real):
+    worker, pair = real
+    body = {"text": "prefill then decode", "sampling_params": GREEDY}
+    colocated = (await _post(worker.url + "/generate", body)).json()
+    async with running_router(prefill=[(pair.prefill_url, pair.prefill_bootstrap_port)],
+                              decode=[pair.decode_url]) as (url, _, _):
+        single = (await _post(url + "/generate", body)).json()
+        batch = (await _post(url + "/generate", {"text": ["prefill then decode", "another"],
+                                                 "sampling_params": GREEDY})).json()
+        events = await _sse(url + "/generate", {**body, "stream": True})
+        logprobs = (await _post(url + "/generate", {**body, "return_logprob": True,
+                                                      "logprob_start_len": 0})).json()
+    assert single["output_ids"] == colocated["output_ids"]
+    assert batch[0]["output_ids"] == colocated["output_ids"] and len(batch[1]["output_ids"]) == 12
+    assert events[-1] == "[DONE]" and events[-2]["output_ids"] == colocated["output_ids"]
+    meta = logprobs["meta_info"]
+    assert len(meta["output_token_logprobs"]) == 12
+    # The decode reports no input logprobs in PD mode; the router merges the prefill's.
+    assert len(meta["input_token_logprobs"]) == meta["prompt_tokens"]
+
+
+async def test_openai_client_chat_and_completions(real):
+    from openai import AsyncOpenAI
+
+    worker, pair = real
+    for workers in ({"regular": [worker.url]},
+                    {"prefill": [(pair.prefill_url, pair.prefill_bootstrap_port)], "decode": [pair.decode_url]}):
+        async with running_router(**workers) as (url, _, _):
+            client = AsyncOpenAI(base_url=url + "/v1", api_key="unused")
+            chat = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "run the tests"}], max_tokens=6, temperature=0)
+            assert chat.choices[0].message.role == "assistant"
+            assert chat.usage.completion_tokens <= 6
+            comp = await client.completions.create(model="m", prompt="the patch", max_tokens=5, temperature=0)
+            assert comp.choices[0].finish_reason in ("stop", "length")
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0, stream=True)
+            pieces = [c async for c in stream]
+            assert pieces and any(c.choices and c.choices[0].finish_reason for c in pieces)
+            await client.close()
+
+
+async def test_abort_is_forwarded_and_keeps_partial_output(real):
+    worker, pair = real
+    body = {"text": "a long answer", "rid": "router-abort",
+            "sampling_params": {"temperature": 0, "max_new_tokens": 3000, "ignore_eos": True}}
+    for workers in ({"regular": [worker.url]},
+                    {"prefill": [(pair.prefill_url, pair.prefill_bootstrap_port)], "decode": [pair.decode_url]}):
+        async with running_router(**workers) as (url, app, _):
+            task = asyncio.ensure_future(_post(url + "/generate", body))
+            await asyncio.sleep(1.5)
+            r = await _post(url + "/abort_request", {"rid": "router-ab"})  # a prefix of the rid
+            assert r.json()["aborted"] == ["router-abort"]
+            out = (await task).json()
+        assert out["meta_info"]["finish_reason"]["type"] == "abort"
+        assert 0 < len(out["output_ids"]) < 3000
+
+
+async def test_killed_worker_request_completes_elsewhere_token_exact(real, tiny_model_dir, tmp_path):
+    worker, _ = real
+    launcher = WorkerLauncher("sglang", tmp_path)
+    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    try:
+        await asyncio.to_thread(wait_all_healthy, [victim], 240)
+        body = {"input_ids": [17, 29, 31, 37, 41], "sampling_params": {
+            "temperature": 0, "max_new_tokens": 600, "ignore_eos": True}}
+        reference = (await _post(worker.url + "/generate", body)).json()
+        # The victim takes slot 0, so an idle router sends the request there first.
+        async with running_router(regular=[victim.url, worker.url]) as (url, app, store):
+            task = asyncio.ensure_future(_post(url + "/generate", body))
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                loads = httpx.get(victim.url + "/v1/loads", timeout=5).json()["loads"]
+                if loads[0]["num_running_reqs"]:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            victim.kill()
+            out = (await task).json()
+    finally:
+        launcher.stop_all()
+    assert out["output_ids"] == reference["output_ids"]
+    assert out["meta_info"]["pearl_attempts"] >= 2
+    assert out["meta_info"]["completion_tokens"] == 600
