@@ -100,6 +100,7 @@ async def pearl_state(request: web.Request) -> web.Response:
         "admission": {"open": st.gate.is_open, "waiting": st.gate.waiting, "reason": st.gate.reason},
         "open_circuits": sorted(st.breakers.open_slots()),
         "migrations": st.dispatcher.migrations,
+        "telemetry_pending_turns": st.telemetry.pending(),
         "policy": st.config.policy,
     })
 

@@ -27,6 +27,7 @@ from pearl_sglang.router.middleware import (
 )
 from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.state import ROUTER, RouterState
+from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 
 PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
 ADMIN_PREFIXES = ("/pearl/", "/flush_cache", "/train_begin", "/train_finished", "/update_weights")
@@ -62,6 +63,13 @@ def _record_completion(st: RouterState):
                                      if st.store.table.has(slot) else "gone").inc()
         if done.attempts > 1:
             st.metrics.migrations.inc(done.attempts - 1)
+        st.telemetry.observe(TurnObservation(
+            trajectory=done.trajectory, turn=done.turn, key=done.key,
+            full_key=full_sequence_key(done.prompt_ids, done.final["output_ids"]),
+            prompt_tokens=meta.get("prompt_tokens") or 0, cached_tokens=meta.get("cached_tokens") or 0,
+            generated_tokens=meta.get("completion_tokens") or 0, arrived_at=done.started,
+            first_chunk_at=done.first_chunk_at, finished_at=done.ended, concurrency=done.concurrency,
+            chunk_interval=done.chunk_interval))
     return on_complete
 
 
@@ -78,7 +86,7 @@ def build_app(config: RouterConfig, store: StateStore) -> web.Application:
         config=config, store=store, selector=Selector(), inflight=InFlightRegistry(),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
-        metrics=RouterMetrics(lambda: store.table), streams_by_client={})
+        metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[errors_middleware, _count_requests,

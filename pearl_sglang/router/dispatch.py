@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
@@ -46,15 +45,21 @@ class DispatchConfig:
 
 @dataclass(frozen=True)
 class Completed:
-    """What telemetry and metrics learn from a finished item."""
+    """What telemetry and metrics learn from a finished item (times: event-loop clock)."""
 
     item: GenerateItem
     trajectory: str | None
+    turn: int | None
+    key: tuple[int, ...]
+    prompt_ids: list[int] | None
     final: dict[str, Any]
     target: Target | None
     attempts: int
     started: float
+    first_chunk_at: float | None
     ended: float
+    concurrency: int
+    chunk_interval: int
 
 
 def _finish_reason(chunk: dict[str, Any]) -> dict[str, Any] | None:
@@ -79,11 +84,15 @@ class Dispatcher:
         self.on_complete = on_complete
         self.migrations = 0
 
-    async def run(self, item: GenerateItem, *, trajectory: str | None = None,
+    async def run(self, item: GenerateItem, *, trajectory: str | None = None, turn: int | None = None,
                   client_stream_interval: int | None = None) -> AsyncIterator[dict[str, Any]]:
         """Yield stitched cumulative chunks; the last one carries ``finish_reason``."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         await self.gate.admit()
-        started = time.monotonic()
+        first_chunk_at: float | None = None
+        concurrency = 0
+        interval = client_stream_interval or self.config.internal_stream_interval
         stitcher = Stitcher(item.rid, list(item.input_ids) if item.input_ids is not None else None)
         entry = self.inflight.open(item.rid)
         key = prefix_key(item.input_ids, item.text)
@@ -103,6 +112,8 @@ class Dispatcher:
                                       {"type": "length", "length": item.max_new_tokens})
                     return
                 target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid)
+                main = target.decode if target.is_pd else target.worker
+                concurrency = self.inflight.load().get(main.slot, 0) + 1
                 entry.slots = target.slots
                 entry.urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
                 entry.cause = None if entry.cause is EndCause.MIGRATE else entry.cause
@@ -111,6 +122,8 @@ class Dispatcher:
                 try:
                     async for chunk in self._attempt(target, body, item):
                         stitcher.update(chunk)
+                        if first_chunk_at is None:
+                            first_chunk_at = loop.time()
                         if _finish_reason(chunk) is None:
                             yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
                         else:
@@ -125,8 +138,11 @@ class Dispatcher:
                             or (reason.get("status_code") or 0) >= 400):
                         finished = True
                         out = self._final(stitcher, item, started, None)
-                        self.on_complete(Completed(item, trajectory, out, target, stitcher.attempts,
-                                                   started, time.monotonic()))
+                        self.on_complete(Completed(
+                            item=item, trajectory=trajectory, turn=turn, key=key,
+                            prompt_ids=stitcher.prompt_ids, final=out, target=target,
+                            attempts=stitcher.attempts, started=started, first_chunk_at=first_chunk_at,
+                            ended=loop.time(), concurrency=concurrency, chunk_interval=interval))
                         yield out
                         return
                 elif entry.cause is EndCause.CLIENT_ABORT:
@@ -149,7 +165,8 @@ class Dispatcher:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
         is left, so one bad call never strands a request."""
-        deadline = time.monotonic() + self.config.route_wait_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.route_wait_s
         while True:
             try:
                 target = self.selector.choose(self.store.table, load=self.inflight.load(), key=key,
@@ -158,7 +175,7 @@ class Dispatcher:
                 if exclude:
                     exclude.clear()
                     continue
-                left = deadline - time.monotonic()
+                left = deadline - loop.time()
                 if left <= 0:
                     raise ServiceUnavailable(
                         f"no active worker could take {what} within {self.config.route_wait_s:.0f}s",
@@ -192,7 +209,7 @@ class Dispatcher:
 
     def _final(self, stitcher: Stitcher, item: GenerateItem, started: float,
                reason: dict[str, Any] | None) -> dict[str, Any]:
-        out = stitcher.merged(e2e_latency=time.monotonic() - started)
+        out = stitcher.merged(e2e_latency=asyncio.get_running_loop().time() - started)
         if reason is not None:
             out["meta_info"]["finish_reason"] = reason
         return self._with_prompt_ids(out, stitcher, item)

@@ -65,9 +65,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
     if busy:
         raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
-    trajectory = request.headers.get(TRAJECTORY_HEADER)
+    trajectory, turn = _trajectory_headers(request, batch=call.is_batch)
     interval = call.items[0].sampling.get("stream_interval") if call.stream else None
-    runs = [st.dispatcher.run(item, trajectory=trajectory, client_stream_interval=interval)
+    runs = [st.dispatcher.run(item, trajectory=trajectory, turn=turn, client_stream_interval=interval)
             for item in call.items]
     try:
         if call.stream:
@@ -79,6 +79,18 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return _rejected(e)
     finally:
         st.metrics.latency.labels("generate").observe(time.monotonic() - started)
+
+
+def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | None, int | None]:
+    trajectory = request.headers.get(TRAJECTORY_HEADER) or None
+    raw_turn = request.headers.get(TURN_HEADER)
+    if raw_turn is not None and not raw_turn.isdigit():
+        raise BadRequest(f"{TURN_HEADER} must be a non-negative integer, got {raw_turn!r}")
+    if batch and trajectory is not None:
+        raise BadRequest(f"{TRAJECTORY_HEADER} names one trajectory; send its turns one by one")
+    if trajectory is not None and len(trajectory) > 256:
+        raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 characters")
+    return trajectory, int(raw_turn) if raw_turn is not None else None
 
 
 async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:

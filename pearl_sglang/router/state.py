@@ -14,6 +14,7 @@ from pearl_sglang.router.health import CircuitBreakers
 from pearl_sglang.router.inflight import InFlightRegistry
 from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.selection import Selector
+from pearl_sglang.router.telemetry import TelemetryCollector
 
 
 @dataclass
@@ -25,6 +26,7 @@ class RouterState:
     gate: AdmissionGate
     breakers: CircuitBreakers
     metrics: RouterMetrics
+    telemetry: TelemetryCollector
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None

@@ -1,0 +1,142 @@
+"""asyncio PEARL admin client, for trainers whose driver runs an event loop.
+
+One ``aiohttp.ClientSession`` per client, opened on first use and closed by
+``aclose()`` or ``async with``. Requests and answers come from ``protocol``, shared
+with the blocking client, so both behave the same; only the transport differs.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar
+
+import aiohttp
+
+from pearl_rl_adapter import protocol
+from pearl_rl_adapter.config import ClientConfig, resolve_config
+from pearl_rl_adapter.errors import PearlError
+from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
+                                      WeightsUpdated)
+from pearl_rl_adapter.steps import note_unfinished
+
+T = TypeVar("T")
+log = logging.getLogger("pearl.adapter")
+
+
+class AsyncPearlClient:
+    """asyncio client for PEARL's admin API (``docs/admin-api.md``)."""
+
+    def __init__(self, base_url: str | None = None, *, admin_token: str | None = None,
+                 config: ClientConfig | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.config = resolve_config(base_url, admin_token=admin_token, config=config)
+        self._sleep = sleep
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"AsyncPearlClient(base_url={self.config.base_url!r})"
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "AsyncPearlClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---- admin API -------------------------------------------------------------------
+
+    async def train_begin(self, step: int, *, deadline_s: float | None = None, request_id: str | None = None,
+                          timeout_s: float | None = None) -> TrainBegun:
+        """Returns when every borrowed training GPU is free again."""
+        return await self._send(protocol.train_begin(self.config, step, deadline_s=deadline_s,
+                                                     request_id=request_id, timeout_s=timeout_s))
+
+    async def train_finished(self, step: int, *, request_id: str | None = None,
+                             timeout_s: float | None = None) -> TrainFinished:
+        return await self._send(protocol.train_finished(self.config, step, request_id=request_id,
+                                                        timeout_s=timeout_s))
+
+    async def update_weights_from_disk(self, *, version: str, model_path: str, load_format: str | None = None,
+                                       request_id: str | None = None,
+                                       timeout_s: float | None = None) -> WeightsUpdated:
+        return await self._send(protocol.update_weights_from_disk(
+            self.config, version=version, model_path=model_path, load_format=load_format, request_id=request_id,
+            timeout_s=timeout_s))
+
+    async def update_weights_from_distributed(self, *, version: str, distributed: DistributedWeights,
+                                              request_id: str | None = None,
+                                              timeout_s: float | None = None) -> WeightsUpdated:
+        return await self._send(protocol.update_weights_from_distributed(
+            self.config, version=version, distributed=distributed, request_id=request_id, timeout_s=timeout_s))
+
+    async def join_gpus(self, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,
+                        request_id: str | None = None, timeout_s: float | None = None) -> GpusJoined:
+        return await self._send(protocol.join_gpus(self.config, gpus, hosts=hosts, request_id=request_id,
+                                                   timeout_s=timeout_s))
+
+    async def leave_gpus(self, gpus: Sequence[str], *, deadline_s: float, request_id: str | None = None,
+                         timeout_s: float | None = None) -> GpusLeft:
+        return await self._send(protocol.leave_gpus(self.config, gpus, deadline_s=deadline_s,
+                                                    request_id=request_id, timeout_s=timeout_s))
+
+    async def state(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        return await self._send(protocol.state(self.config, timeout_s=timeout_s))
+
+    @asynccontextmanager
+    async def training_step(self, step: int, *, deadline_s: float | None = None) -> AsyncIterator[TrainBegun]:
+        """Bracket one update: ``train_begin`` before (the body does not run if it
+        fails), ``train_finished`` after, also when the body raises or is cancelled;
+        then the body's error propagates unchanged."""
+        begun = await self.train_begin(step, deadline_s=deadline_s)
+        try:
+            yield begun
+        except BaseException as body_error:
+            try:
+                await self.train_finished(step)
+            except Exception as finish_error:  # noqa: BLE001 - the body's error wins
+                note_unfinished(step, body_error, finish_error)
+            raise
+        await self.train_finished(step)
+
+    # ---- transport -------------------------------------------------------------------
+
+    async def _send(self, call: protocol.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                status, body = await self._exchange(call)
+                return protocol.decode(call, status, body)
+            except PearlError as error:
+                delay = protocol.retry_delay(call, error, attempt=attempt, backoff_s=self.config.backoff_s)
+                error.attempts = attempt + 1
+                if delay is None:
+                    raise
+                log.warning("%s failed (%s); retry %d in %.2fs", call.endpoint, error.message, attempt + 1, delay)
+                await self._sleep(delay)
+                attempt += 1
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _exchange(self, call: protocol.Call[Any]) -> tuple[int, bytes]:
+        session = self._get_session()
+        try:
+            async with session.request(call.method, protocol.url(self.config, call), data=protocol.encode(call),
+                                       headers=protocol.headers(self.config, call),
+                                       timeout=aiohttp.ClientTimeout(total=call.timeout_s)) as response:
+                return response.status, await response.read()
+        except asyncio.TimeoutError as e:
+            raise protocol.timed_out(call) from e
+        except aiohttp.ClientError as e:
+            raise protocol.connection_failed(call, e) from e

@@ -1,0 +1,137 @@
+"""Synchronous PEARL admin client, for trainer drivers that are plain blocking code.
+
+Uses only ``urllib.request`` so a trainer needs no extra HTTP library; requests and
+answers come from ``protocol``, shared with the asyncio client. urllib's timeout is per
+socket operation; PEARL's admin answers are one small JSON body sent when the action is
+done, so it bounds the whole call in practice.
+"""
+from __future__ import annotations
+
+import http.client
+import logging
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+from pearl_rl_adapter import protocol
+from pearl_rl_adapter.config import ClientConfig, resolve_config
+from pearl_rl_adapter.errors import PearlError
+from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
+                                      WeightsUpdated)
+from pearl_rl_adapter.steps import note_unfinished
+
+T = TypeVar("T")
+log = logging.getLogger("pearl.adapter")
+
+
+class PearlClient:
+    """Blocking client for PEARL's admin API (``docs/admin-api.md``)."""
+
+    def __init__(self, base_url: str | None = None, *, admin_token: str | None = None,
+                 config: ClientConfig | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = resolve_config(base_url, admin_token=admin_token, config=config)
+        self._sleep = sleep
+        # No proxy handler: admin calls go straight to the router, as aiohttp's do.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def __repr__(self) -> str:
+        return f"PearlClient(base_url={self.config.base_url!r})"
+
+    def close(self) -> None:
+        """Nothing is pooled; present so both clients are closed the same way."""
+
+    def __enter__(self) -> "PearlClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- admin API -------------------------------------------------------------------
+
+    def train_begin(self, step: int, *, deadline_s: float | None = None, request_id: str | None = None,
+                    timeout_s: float | None = None) -> TrainBegun:
+        """Blocks until every borrowed training GPU is free again."""
+        return self._send(protocol.train_begin(self.config, step, deadline_s=deadline_s, request_id=request_id,
+                                               timeout_s=timeout_s))
+
+    def train_finished(self, step: int, *, request_id: str | None = None,
+                       timeout_s: float | None = None) -> TrainFinished:
+        return self._send(protocol.train_finished(self.config, step, request_id=request_id, timeout_s=timeout_s))
+
+    def update_weights_from_disk(self, *, version: str, model_path: str, load_format: str | None = None,
+                                 request_id: str | None = None, timeout_s: float | None = None) -> WeightsUpdated:
+        return self._send(protocol.update_weights_from_disk(
+            self.config, version=version, model_path=model_path, load_format=load_format, request_id=request_id,
+            timeout_s=timeout_s))
+
+    def update_weights_from_distributed(self, *, version: str, distributed: DistributedWeights,
+                                        request_id: str | None = None,
+                                        timeout_s: float | None = None) -> WeightsUpdated:
+        return self._send(protocol.update_weights_from_distributed(
+            self.config, version=version, distributed=distributed, request_id=request_id, timeout_s=timeout_s))
+
+    def join_gpus(self, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,
+                  request_id: str | None = None, timeout_s: float | None = None) -> GpusJoined:
+        return self._send(protocol.join_gpus(self.config, gpus, hosts=hosts, request_id=request_id,
+                                             timeout_s=timeout_s))
+
+    def leave_gpus(self, gpus: Sequence[str], *, deadline_s: float, request_id: str | None = None,
+                   timeout_s: float | None = None) -> GpusLeft:
+        return self._send(protocol.leave_gpus(self.config, gpus, deadline_s=deadline_s, request_id=request_id,
+                                              timeout_s=timeout_s))
+
+    def state(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        return self._send(protocol.state(self.config, timeout_s=timeout_s))
+
+    @contextmanager
+    def training_step(self, step: int, *, deadline_s: float | None = None) -> Iterator[TrainBegun]:
+        """Bracket one update: ``train_begin`` before (the body does not run if it
+        fails), ``train_finished`` after, also when the body raises; then the body's
+        error propagates unchanged."""
+        begun = self.train_begin(step, deadline_s=deadline_s)
+        try:
+            yield begun
+        except BaseException as body_error:
+            try:
+                self.train_finished(step)
+            except Exception as finish_error:  # noqa: BLE001 - the body's error wins
+                note_unfinished(step, body_error, finish_error)
+            raise
+        self.train_finished(step)
+
+    # ---- transport -------------------------------------------------------------------
+
+    def _send(self, call: protocol.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                status, body = self._exchange(call)
+                return protocol.decode(call, status, body)
+            except PearlError as error:
+                delay = protocol.retry_delay(call, error, attempt=attempt, backoff_s=self.config.backoff_s)
+                error.attempts = attempt + 1
+                if delay is None:
+                    raise
+                log.warning("%s failed (%s); retry %d in %.2fs", call.endpoint, error.message, attempt + 1, delay)
+                self._sleep(delay)
+                attempt += 1
+
+    def _exchange(self, call: protocol.Call[Any]) -> tuple[int, bytes]:
+        request = urllib.request.Request(protocol.url(self.config, call), data=protocol.encode(call),
+                                         headers=protocol.headers(self.config, call), method=call.method)
+        try:
+            with self._opener.open(request, timeout=call.timeout_s) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as e:
+            with e:
+                return e.code, e.read()
+        except TimeoutError as e:
+            raise protocol.timed_out(call) from e
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, TimeoutError):
+                raise protocol.timed_out(call) from e
+            raise protocol.connection_failed(call, e.reason) from e
+        except (OSError, http.client.HTTPException) as e:
+            raise protocol.connection_failed(call, e) from e

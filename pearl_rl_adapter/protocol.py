@@ -1,0 +1,210 @@
+"""The admin API as data: what to send for each call and what an answer means.
+
+Both clients (``client.PearlClient`` over urllib, ``aio.AsyncPearlClient`` over
+aiohttp) only move bytes; every request they send is a ``Call`` built here and every
+answer goes through ``decode``, so the two cannot disagree on bodies, headers, error
+classes or which failures are retried. Nothing here does I/O.
+
+Retry rule: a call is retried only if repeating it cannot act twice (a GET, or a POST
+carrying a ``request_id``, which the router deduplicates), only after a connection
+failure or a 502/503/504, and at most ``len(backoff_s)`` times. A timeout is never
+retried here: its outcome is unknown and its time budget is spent.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+
+from pearl_rl_adapter.config import ClientConfig
+from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
+                                     PearlTimeout, PearlUnavailable)
+from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
+                                      WeightsUpdated, state_from_json)
+
+T = TypeVar("T")
+RETRY_STATUSES = frozenset({502, 503, 504})
+USER_AGENT = "pearl-rl-adapter/0.1"
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    body: Mapping[str, Any] | None
+    timeout_s: float
+    parse: Callable[[Mapping[str, Any]], T]
+    admin: bool = True
+
+    @property
+    def request_id(self) -> str | None:
+        return None if self.body is None else self.body.get("request_id")
+
+    @property
+    def idempotent(self) -> bool:
+        return self.method == "GET" or self.request_id is not None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def new_request_id(kind: str) -> str:
+    """One id per logical call, reused by every retry of it."""
+    return f"{kind}-{uuid.uuid4().hex}"
+
+
+def _with_id(kind: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
+    body["request_id"] = request_id or new_request_id(kind)
+    return body
+
+
+def _step(step: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a non-negative int, got {step!r}")
+    return step
+
+
+# ---- calls ---------------------------------------------------------------------------
+
+def train_begin(cfg: ClientConfig, step: int, *, deadline_s: float | None = None, request_id: str | None = None,
+                timeout_s: float | None = None) -> Call[TrainBegun]:
+    body: dict[str, Any] = {"step": _step(step)}
+    if deadline_s is not None:
+        body["deadline_s"] = float(deadline_s)
+    # Wait a little longer than the router's own deadline so its 504 arrives first.
+    default = cfg.wait_timeout_s if deadline_s is None else float(deadline_s) + cfg.timeout_s
+    return Call("POST", "/train_begin", _with_id("train_begin", body, request_id), timeout_s or default,
+                TrainBegun.from_json)
+
+
+def train_finished(cfg: ClientConfig, step: int, *, request_id: str | None = None,
+                   timeout_s: float | None = None) -> Call[TrainFinished]:
+    body = _with_id("train_finished", {"step": _step(step)}, request_id)
+    return Call("POST", "/train_finished", body, timeout_s or cfg.timeout_s, TrainFinished.from_json)
+
+
+def update_weights_from_disk(cfg: ClientConfig, *, version: str, model_path: str, load_format: str | None = None,
+                             request_id: str | None = None, timeout_s: float | None = None) -> Call[WeightsUpdated]:
+    body: dict[str, Any] = {"version": str(version), "model_path": str(model_path)}
+    if load_format is not None:
+        body["load_format"] = load_format
+    return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
+                timeout_s or cfg.wait_timeout_s, WeightsUpdated.from_json)
+
+
+def update_weights_from_distributed(cfg: ClientConfig, *, version: str, distributed: DistributedWeights,
+                                    request_id: str | None = None,
+                                    timeout_s: float | None = None) -> Call[WeightsUpdated]:
+    body = {"version": str(version), "distributed": distributed.to_json()}
+    return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
+                timeout_s or cfg.wait_timeout_s, WeightsUpdated.from_json)
+
+
+def join_gpus(cfg: ClientConfig, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,
+              request_id: str | None = None, timeout_s: float | None = None) -> Call[GpusJoined]:
+    body: dict[str, Any] = {"action": "join", "gpus": _gpus(gpus)}
+    if hosts:
+        body["hosts"] = dict(hosts)
+    return Call("POST", "/pearl/gpus", _with_id("gpus_join", body, request_id), timeout_s or cfg.wait_timeout_s,
+                GpusJoined.from_json)
+
+
+def leave_gpus(cfg: ClientConfig, gpus: Sequence[str], *, deadline_s: float, request_id: str | None = None,
+               timeout_s: float | None = None) -> Call[GpusLeft]:
+    body = {"action": "leave", "gpus": _gpus(gpus), "deadline_s": float(deadline_s)}
+    return Call("POST", "/pearl/gpus", _with_id("gpus_leave", body, request_id),
+                timeout_s or float(deadline_s) + cfg.timeout_s, GpusLeft.from_json)
+
+
+def state(cfg: ClientConfig, *, timeout_s: float | None = None) -> Call[dict[str, Any]]:
+    return Call("GET", "/pearl/state", None, timeout_s or cfg.timeout_s, state_from_json)
+
+
+def _gpus(gpus: Sequence[str]) -> list[str]:
+    if isinstance(gpus, str) or not gpus:
+        raise ValueError(f"gpus must be a non-empty list like ['node3:0'], got {gpus!r}")
+    return [str(g) for g in gpus]
+
+
+# ---- wire ----------------------------------------------------------------------------
+
+def url(cfg: ClientConfig, call: Call[Any]) -> str:
+    return cfg.root + call.path
+
+
+def headers(cfg: ClientConfig, call: Call[Any]) -> dict[str, str]:
+    out = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    if call.body is not None:
+        out["Content-Type"] = "application/json"
+    token = cfg.admin_token if call.admin else cfg.api_key
+    if token:
+        out["Authorization"] = f"Bearer {token}"
+    return out
+
+
+def encode(call: Call[Any]) -> bytes | None:
+    return None if call.body is None else json.dumps(call.body).encode()
+
+
+def decode(call: Call[T], status: int, body: bytes) -> T:
+    """The parsed answer of a 2xx, or raises the typed error for anything else."""
+    if not 200 <= status < 300:
+        raise error_for(call, status, body)
+    try:
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        return call.parse(data)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PearlProtocolError(f"unexpected answer ({e!r}): {_snippet(body)}", endpoint=call.endpoint,
+                                 status=status, request_id=call.request_id) from e
+
+
+def error_for(call: Call[Any], status: int, body: bytes) -> PearlError:
+    message, kind = _router_error(body)
+    if message is None:
+        message = _snippet(body) or f"HTTP {status}"
+    cls: type[PearlError]
+    if status == 401:
+        cls = PearlAuthError
+    elif status == 409:
+        cls = PearlConflict
+    elif 400 <= status < 500:
+        cls = PearlRejected
+    elif status >= 500:
+        cls = PearlUnavailable
+    else:
+        cls = PearlProtocolError
+    return cls(message, endpoint=call.endpoint, status=status, error_type=kind, request_id=call.request_id)
+
+
+def connection_failed(call: Call[Any], exc: BaseException) -> PearlUnavailable:
+    return PearlUnavailable(f"cannot reach PEARL: {exc!r}", endpoint=call.endpoint, request_id=call.request_id)
+
+
+def timed_out(call: Call[Any]) -> PearlTimeout:
+    return PearlTimeout(f"no answer within {call.timeout_s:g}s", endpoint=call.endpoint, request_id=call.request_id)
+
+
+def retry_delay(call: Call[Any], error: PearlError, *, attempt: int, backoff_s: tuple[float, ...]) -> float | None:
+    """Seconds to wait before retry number ``attempt`` (0-based), or None to give up."""
+    if not call.idempotent or attempt >= len(backoff_s) or not isinstance(error, PearlUnavailable):
+        return None
+    if error.status is not None and error.status not in RETRY_STATUSES:
+        return None
+    return backoff_s[attempt]
+
+
+def _router_error(body: bytes) -> tuple[str | None, str | None]:
+    try:
+        err = json.loads(body)["error"]
+        return str(err["message"]), (str(err["type"]) if err.get("type") is not None else None)
+    except (ValueError, KeyError, TypeError):
+        return None, None
+
+
+def _snippet(body: bytes, limit: int = 300) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,106 @@
+"""Typed answers of the admin API (docs/admin-api.md), built from the router's JSON.
+
+Parsers are strict about the fields a trainer acts on and ignore the rest, so the
+router can add fields without breaking deployed trainers. A missing or mistyped field
+raises ``KeyError``/``TypeError``/``ValueError``; ``protocol.decode`` turns that into a
+``PearlProtocolError``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class TrainBegun:
+    step: int
+    returned_gpus: tuple[str, ...]
+    elapsed_s: float
+    duplicate: bool
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TrainBegun":
+        return cls(step=int(data["step"]), returned_gpus=tuple(str(g) for g in data.get("returned_gpus", ())),
+                   elapsed_s=float(data.get("elapsed_s", 0.0)), duplicate=bool(data.get("duplicate", False)))
+
+
+@dataclass(frozen=True)
+class TrainFinished:
+    step: int
+    borrowing: bool
+    reason: str
+    duplicate: bool
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TrainFinished":
+        return cls(step=int(data["step"]), borrowing=bool(data["borrowing"]), reason=str(data.get("reason", "")),
+                   duplicate=bool(data.get("duplicate", False)))
+
+
+@dataclass(frozen=True)
+class WeightsUpdated:
+    version: str
+    workers: Mapping[str, str]
+    latest: str
+
+    @property
+    def failed(self) -> Mapping[str, str]:
+        """Workers that did not load the weights, with their error (the router keeps
+        them out of admission until they sync, so a partial failure is not fatal)."""
+        return {slot: status for slot, status in self.workers.items() if status != "ok"}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "WeightsUpdated":
+        workers = {str(k): str(v) for k, v in dict(data.get("workers", {})).items()}
+        return cls(version=str(data["version"]), workers=MappingProxyType(workers),
+                   latest=str(data.get("latest", data["version"])))
+
+
+@dataclass(frozen=True)
+class GpusJoined:
+    admitted: tuple[str, ...]
+    cancelled: bool
+    reason: str | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "GpusJoined":
+        return cls(admitted=tuple(str(s) for s in data.get("admitted", ())), cancelled=bool(data.get("cancelled", False)),
+                   reason=data.get("reason"))
+
+
+@dataclass(frozen=True)
+class GpusLeft:
+    removed: tuple[str, ...]
+    elapsed_s: float
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "GpusLeft":
+        return cls(removed=tuple(str(s) for s in data.get("removed", ())), elapsed_s=float(data.get("elapsed_s", 0.0)))
+
+
+@dataclass(frozen=True)
+class DistributedWeights:
+    """Where a trainer broadcasts weights over NCCL/gloo; PEARL fans the group to workers."""
+
+    names: Sequence[str]
+    dtypes: Sequence[str]
+    shapes: Sequence[Sequence[int]]
+    group_name: str
+    master_address: str
+    master_port: int
+    backend: str = "nccl"
+
+    def to_json(self) -> dict[str, Any]:
+        if not len(self.names) == len(self.dtypes) == len(self.shapes):
+            raise ValueError("names, dtypes and shapes must have the same length")
+        if self.backend not in ("nccl", "gloo"):
+            raise ValueError(f"backend must be 'nccl' or 'gloo', got {self.backend!r}")
+        return {"names": list(self.names), "dtypes": list(self.dtypes), "shapes": [list(s) for s in self.shapes],
+                "group_name": self.group_name, "master_address": self.master_address,
+                "master_port": int(self.master_port), "backend": self.backend}
+
+
+def state_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``/pearl/state`` is a diagnostic view whose shape the router owns; pass it on."""
+    return dict(data)

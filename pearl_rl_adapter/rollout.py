@@ -1,0 +1,92 @@
+"""Rollout generation through PEARL's router: SGLang's native ``/generate`` with token ids.
+
+RL frameworks need the sampled token ids and their log-probs, not text, so shims call
+``/generate`` with ``input_ids`` and ``return_logprob``. Building the body and reading
+the answer are pure functions (tested without a framework); ``RolloutClient`` is the
+one asyncio transport, tagging every request with its trajectory and turn. Generation
+is not idempotent (sampling differs), so nothing here retries.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import aiohttp
+
+from pearl_rl_adapter import protocol
+from pearl_rl_adapter.config import ClientConfig, resolve_config
+from pearl_rl_adapter.telemetry import tag_headers
+
+
+@dataclass(frozen=True)
+class Generated:
+    token_ids: tuple[int, ...]
+    log_probs: tuple[float, ...] | None
+    finish_reason: str | None
+
+    @property
+    def aborted(self) -> bool:
+        return self.finish_reason == "abort"
+
+
+def generate_body(prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
+                  return_logprob: bool = True) -> dict[str, Any]:
+    return {"input_ids": [int(t) for t in prompt_ids], "sampling_params": dict(sampling_params),
+            "return_logprob": return_logprob}
+
+
+def parse_generate(data: Mapping[str, Any]) -> Generated:
+    """SGLang answers ``output_ids`` and ``meta_info.output_token_logprobs`` as
+    ``[logprob, token_id, text]`` triples; either gives the token ids."""
+    meta = data.get("meta_info") or {}
+    triples = meta.get("output_token_logprobs")
+    log_probs = tuple(float(t[0]) for t in triples) if triples else None
+    ids = data.get("output_ids")
+    if ids is None:
+        ids = [t[1] for t in triples or ()]
+    finish = meta.get("finish_reason")
+    reason = finish.get("type") if isinstance(finish, Mapping) else finish
+    return Generated(token_ids=tuple(int(t) for t in ids), log_probs=log_probs,
+                     finish_reason=None if reason is None else str(reason))
+
+
+def generate_call(cfg: ClientConfig, body: Mapping[str, Any], *, timeout_s: float | None = None
+                  ) -> protocol.Call[Generated]:
+    return protocol.Call("POST", "/generate", body, timeout_s or cfg.wait_timeout_s, parse_generate, admin=False)
+
+
+class RolloutClient:
+    """asyncio ``/generate`` client with one session; uses the inference API key."""
+
+    def __init__(self, base_url: str | None = None, *, config: ClientConfig | None = None) -> None:
+        self.config = resolve_config(base_url, config=config)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:
+        return f"RolloutClient(base_url={self.config.base_url!r})"
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def generate(self, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
+                       trajectory_id: str | None = None, turn: int | None = None,
+                       timeout_s: float | None = None) -> Generated:
+        call = generate_call(self.config, generate_body(prompt_ids, sampling_params), timeout_s=timeout_s)
+        headers = protocol.headers(self.config, call)
+        if trajectory_id is not None:
+            headers.update(tag_headers(trajectory_id, turn or 0))
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with self._session.post(protocol.url(self.config, call), data=protocol.encode(call),
+                                          headers=headers,
+                                          timeout=aiohttp.ClientTimeout(total=call.timeout_s)) as response:
+                status, raw = response.status, await response.read()
+        except asyncio.TimeoutError as e:
+            raise protocol.timed_out(call) from e
+        except aiohttp.ClientError as e:
+            raise protocol.connection_failed(call, e) from e
+        return protocol.decode(call, status, raw)

@@ -1,0 +1,119 @@
+"""Per-turn telemetry for PEARL's runtime profile, observed on the data path.
+
+Each finished ``/generate`` item of a trajectory becomes a ``core.telemetry.TurnRecord``:
+its trajectory comes from the ``X-Pearl-Trajectory-Id`` header or, without one, from
+prefix continuation (the new prompt extends a previous turn's prompt + output; the first
+full blocks are matched, so GRPO siblings that share a prompt and an output may be
+conflated, which the header avoids). What workers computed is ``prompt_tokens -
+cached_tokens``; the response of the previous turn is counted as carried (it stays in the
+context), the rest as new input, so the fitted ``delta_L`` is the *effective* prefill per
+turn. The environment gap is the time between a turn's answer and the next turn's
+request. Decode timing against the worker's concurrency gives ``A`` and ``b``; the time
+to the first chunk gives ``t_prefill``. ``drain()`` closes a rollout step.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from pearl_sglang.core.telemetry import DecodeSample, PrefillSample, StepTelemetry, TurnRecord
+from pearl_sglang.router.selection import TOKEN_BLOCK
+
+
+@dataclass
+class _Last:
+    trajectory: str
+    turn: int
+    generated: int
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class TurnObservation:
+    """What the dispatcher saw of one finished item (times on the event loop's clock)."""
+
+    trajectory: str | None
+    turn: int | None
+    key: tuple[int, ...]
+    full_key: tuple[int, ...]
+    prompt_tokens: int
+    cached_tokens: int
+    generated_tokens: int
+    arrived_at: float
+    first_chunk_at: float | None
+    finished_at: float
+    concurrency: int
+    chunk_interval: int
+
+
+class TelemetryCollector:
+    def __init__(self, max_trajectories: int = 1 << 16) -> None:
+        self._turns: list[TurnRecord] = []
+        self._decode: list[DecodeSample] = []
+        self._prefill: list[PrefillSample] = []
+        self._last: OrderedDict[str, _Last] = OrderedDict()
+        self._by_block: OrderedDict[int, str] = OrderedDict()
+        self._anonymous = 0
+        self.max_trajectories = max_trajectories
+
+    def _resolve(self, obs: TurnObservation) -> tuple[str, _Last | None]:
+        if obs.trajectory is not None:
+            return obs.trajectory, self._last.get(obs.trajectory)
+        for h in reversed(obs.key):
+            tid = self._by_block.get(h)
+            if tid is not None:
+                return tid, self._last.get(tid)
+        self._anonymous += 1
+        return f"anon-{self._anonymous}", None
+
+    def observe(self, obs: TurnObservation) -> TurnRecord:
+        tid, prev = self._resolve(obs)
+        turn = obs.turn if obs.turn is not None else (prev.turn + 1 if prev else 0)
+        computed = max(0, obs.prompt_tokens - obs.cached_tokens)
+        carried_in = min(prev.generated, computed) if prev else 0
+        env = max(0.0, obs.arrived_at - prev.finished_at) if prev else 0.0
+        first = obs.first_chunk_at if obs.first_chunk_at is not None else obs.finished_at
+        decode_s = max(0.0, obs.finished_at - first)
+        record = TurnRecord(trajectory_id=tid, turn_index=turn, new_input_tokens=computed - carried_in,
+                            carried_tokens=obs.generated_tokens, generated_tokens=obs.generated_tokens,
+                            env_time_s=env, decode_time_s=decode_s)
+        self._turns.append(record)
+        # Tokens after the first chunk were decoded at this worker's concurrency.
+        after_first = obs.generated_tokens - min(obs.chunk_interval, obs.generated_tokens)
+        if after_first > 0 and decode_s > 0:
+            self._decode.append(DecodeSample(concurrency=float(max(1, obs.concurrency)),
+                                             iteration_s=decode_s / after_first))
+            if computed > 0 and obs.first_chunk_at is not None:
+                first_tokens = min(obs.chunk_interval, obs.generated_tokens)
+                prefill_s = (obs.first_chunk_at - obs.arrived_at) - first_tokens * decode_s / after_first
+                if prefill_s > 0:
+                    self._prefill.append(PrefillSample(tokens=computed, seconds=prefill_s))
+        self._last[tid] = _Last(tid, turn, obs.generated_tokens, obs.finished_at)
+        self._last.move_to_end(tid)
+        if obs.full_key:
+            self._by_block[obs.full_key[-1]] = tid
+            self._by_block.move_to_end(obs.full_key[-1])
+        while len(self._last) > self.max_trajectories:
+            self._last.popitem(last=False)
+        while len(self._by_block) > self.max_trajectories:
+            self._by_block.popitem(last=False)
+        return record
+
+    def pending(self) -> int:
+        return len(self._turns)
+
+    def drain(self) -> StepTelemetry:
+        step = StepTelemetry(turns=tuple(self._turns), decode=tuple(self._decode),
+                             prefill=tuple(self._prefill))
+        self._turns, self._decode, self._prefill = [], [], []
+        return step
+
+
+def full_sequence_key(prompt_ids: list[int] | None, output_ids: list[int]) -> tuple[int, ...]:
+    """Block hashes of prompt + output (what the next turn's prompt will start with)."""
+    from pearl_sglang.router.selection import prefix_key
+
+    if prompt_ids is None:
+        return ()
+    seq = list(prompt_ids) + list(output_ids)
+    return prefix_key(seq[: len(seq) - len(seq) % TOKEN_BLOCK], None)

@@ -1,0 +1,105 @@
+"""One rollout turn over HTTP: ``POST {router}/generate`` with bounded, typed retries.
+
+This is the driver's only contact with the serving side; everything above it sees a
+``Generation`` or a typed error, never an aiohttp response.  A failed attempt keeps the
+trajectory's context untouched, so a retry resends the same prompt and the router's
+prefix cache or partial-trajectory retention can still help.  Every attempt has a
+timeout, so a turn ends (successfully or not) in bounded time.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import aiohttp
+
+from pearl_sglang.workload.errors import GenerateError, GenerateFailed, GenerateRejected, GenerateRetryable
+from pearl_sglang.workload.timebase import EmulatedTime
+
+log = logging.getLogger(__name__)
+
+TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
+TURN_HEADER = "X-Pearl-Turn"
+_RETRYABLE_4XX = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class Generation:
+    output_ids: tuple[int, ...]
+    prompt_tokens: int
+    cached_tokens: int
+    attempts: int
+    errors: tuple[str, ...]  # one line per failed attempt before the success
+    request_s: float         # emulated seconds of the successful attempt
+
+
+def _parse(body: Any, prompt_len: int) -> tuple[tuple[int, ...], int, int]:
+    if not isinstance(body, dict) or not isinstance(body.get("output_ids"), list):
+        raise GenerateRejected("answer has no output_ids list")
+    ids = body["output_ids"]
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise GenerateRejected("output_ids holds a non-integer")
+    meta = body.get("meta_info") if isinstance(body.get("meta_info"), dict) else {}
+    prompt = meta.get("prompt_tokens")
+    cached = meta.get("cached_tokens")
+    return (tuple(ids), prompt if isinstance(prompt, int) else prompt_len,
+            cached if isinstance(cached, int) else 0)
+
+
+class GenerateClient:
+    def __init__(self, session: aiohttp.ClientSession, router_url: str, *, time: EmulatedTime,
+                 retry_delays_s: Sequence[float] = (0.5, 2.0, 8.0),
+                 request_timeout_s: float = 900.0,
+                 headers: dict[str, str] | None = None) -> None:
+        self.session = session
+        self.url = router_url.rstrip("/") + "/generate"
+        self.time = time
+        self.retry_delays_s = tuple(retry_delays_s)
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self.headers = dict(headers or {})
+
+    async def _attempt(self, body: dict, headers: dict[str, str]) -> Any:
+        try:
+            async with self.session.post(self.url, json=body, headers=headers,
+                                         timeout=self.timeout) as resp:
+                text = await resp.text()
+                status = resp.status
+        except asyncio.TimeoutError as e:
+            raise GenerateRetryable("request timed out") from e
+        except aiohttp.ClientError as e:
+            raise GenerateRetryable(f"transport error: {e!r}") from e
+        if status != 200:
+            cls = GenerateRetryable if status >= 500 or status in _RETRYABLE_4XX else GenerateRejected
+            raise cls(f"HTTP {status}: {text[:300]}", status=status)
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise GenerateRejected("answer is not JSON") from e
+
+    async def generate(self, input_ids: Sequence[int], *, max_new_tokens: int,
+                       trajectory_id: str, turn: int) -> Generation:
+        """Generate exactly ``max_new_tokens`` (``ignore_eos``) after ``input_ids``."""
+        body = {"input_ids": list(input_ids),
+                "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True}}
+        headers = {**self.headers, TRAJECTORY_HEADER: trajectory_id, TURN_HEADER: str(turn)}
+        errors: list[str] = []
+        delays = iter(self.retry_delays_s)
+        while True:
+            started = self.time.now()
+            try:
+                out, prompt, cached = _parse(await self._attempt(body, headers), len(body["input_ids"]))
+                return Generation(output_ids=out, prompt_tokens=prompt, cached_tokens=cached,
+                                  attempts=len(errors) + 1, errors=tuple(errors),
+                                  request_s=self.time.now() - started)
+            except GenerateError as e:
+                errors.append(str(e))
+                delay = next(delays, None) if isinstance(e, GenerateRetryable) else None
+                log.warning("trajectory %s turn %d attempt %d failed: %s",
+                            trajectory_id, turn, len(errors), e)
+                if delay is None:
+                    raise GenerateFailed(f"trajectory {trajectory_id} turn {turn}: {e}",
+                                         errors=tuple(errors)) from e
+            await self.time.wait(delay)

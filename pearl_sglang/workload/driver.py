@@ -1,0 +1,172 @@
+"""Asynchronous agentic RL against a router: PEARL's demo job and benchmark workload.
+
+The pipeline is the paper's (sections 2.1, 4.1.2, 6.1) with a policy staleness of one
+step: the trainer waits for a complete batch of B trajectories; as soon as batch k is
+complete, training k starts and the rollout of step k+1 starts beside it, on weights
+that are one update behind.  Rollout k+2 waits for both batch k+1 and the weights of
+step k, so no trajectory is ever more than one step stale.  Around every training step
+the hooks fire in a fixed order: ``train_begin``, ``train_finished`` (also when the
+trainer raises or the run is cancelled), then ``push_weights`` after a good update.
+
+Everything that takes time goes through one ``EmulatedTime`` (environment latency,
+training, back-off), and HTTP through one ``aiohttp.ClientSession``.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Awaitable, Callable, Optional, Sequence
+
+import aiohttp
+
+from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.workload.client import GenerateClient
+from pearl_sglang.workload.environment import EmulatedEnvironment
+from pearl_sglang.workload.errors import TrainingFailed
+from pearl_sglang.workload.results import StepResult, Trajectory
+from pearl_sglang.workload.swe import SweSampler, SweWorkload
+from pearl_sglang.workload.timebase import EmulatedTime
+from pearl_sglang.workload.trainer import EmulatedTrainer, Trainer, TrainerProfile, TrainHooks
+from pearl_sglang.workload.trajectory import TrajectoryContext, run_trajectory
+
+log = logging.getLogger(__name__)
+
+OnStep = Callable[[StepResult], Optional[Awaitable[None]]]
+_ERROR_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """``retry_delays_s`` are emulated seconds (one retry per entry); the request timeout
+    is in seconds of the event loop's clock, since it bounds a real HTTP call."""
+
+    steps: Optional[int] = None
+    retry_delays_s: tuple[float, ...] = (0.5, 2.0, 8.0)
+    request_timeout_s: float = 900.0
+    trajectory_prefix: str = "traj"
+    max_connections: int = 0
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def validate(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise InvalidConfig("steps must be >= 1 (or None: until stop())", key="steps")
+        if any(d < 0 for d in self.retry_delays_s):
+            raise InvalidConfig("retry delays must be >= 0", key="retry_delays_s")
+        if not self.request_timeout_s > 0:
+            raise InvalidConfig("request_timeout_s must be positive", key="request_timeout_s")
+        if self.max_connections < 0:
+            raise InvalidConfig("max_connections must be >= 0 (0: unlimited)", key="max_connections")
+
+
+@dataclass(frozen=True)
+class _Batch:
+    trajectories: tuple[Trajectory, ...]
+    start: float
+    end: float
+
+
+class AgenticRLDriver:
+    def __init__(self, router_url: str, *, workload: SweWorkload,
+                 trainer_profile: TrainerProfile = TrainerProfile(),
+                 config: DriverConfig = DriverConfig(), time: EmulatedTime | None = None,
+                 hooks: TrainHooks = TrainHooks(), trainer: Trainer | None = None,
+                 on_step: OnStep | None = None) -> None:
+        config.validate()
+        self.router_url = router_url
+        self.config = config
+        self.time = time or EmulatedTime()
+        self.sampler = SweSampler(workload)
+        self.environment = EmulatedEnvironment(self.sampler, time=self.time)
+        self.trainer = trainer or EmulatedTrainer(trainer_profile, time=self.time)
+        self.hooks = hooks
+        self.on_step = on_step
+        self._stopping = False
+
+    @property
+    def workload(self) -> SweWorkload:
+        return self.sampler.workload
+
+    def stop(self) -> None:
+        """End after the current step: its training and weight push complete, the next
+        step's rollout (if started) is cancelled."""
+        self._stopping = True
+
+    async def run(self) -> list[StepResult]:
+        connector = aiohttp.TCPConnector(limit=self.config.max_connections)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            client = GenerateClient(session, self.router_url, time=self.time,
+                                    retry_delays_s=self.config.retry_delays_s,
+                                    request_timeout_s=self.config.request_timeout_s,
+                                    headers=dict(self.config.headers))
+            ctx = TrajectoryContext(self.sampler, self.environment, client)
+            return await self._pipeline(ctx)
+
+    async def _pipeline(self, ctx: TrajectoryContext) -> list[StepResult]:
+        results: list[StepResult] = []
+        period_start = self.time.now()
+        rollout: Optional[asyncio.Task[_Batch]] = asyncio.create_task(self._rollout(ctx, 0))
+        step = 0
+        try:
+            while True:
+                batch = await rollout  # never None here: set below unless returning
+                rollout = None
+                last = self._stopping or (self.config.steps is not None and step + 1 >= self.config.steps)
+                if not last:
+                    rollout = asyncio.create_task(self._rollout(ctx, step + 1))
+                result = await self._train(step, batch, period_start)
+                results.append(result)
+                period_start = result.end
+                if self.on_step is not None:
+                    maybe = self.on_step(result)
+                    if inspect.isawaitable(maybe):
+                        await maybe
+                if last or self._stopping:
+                    return results
+                step += 1
+        finally:
+            if rollout is not None:
+                rollout.cancel()
+                await asyncio.gather(rollout, return_exceptions=True)
+
+    async def _rollout(self, ctx: TrajectoryContext, step: int) -> _Batch:
+        b = self.workload.batch_size
+        start = self.time.now()
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(run_trajectory(
+                ctx, index=step * b + i, step=step,
+                trajectory_id=f"{self.config.trajectory_prefix}-{step * b + i}"))
+                for i in range(b)]
+        return _Batch(tuple(t.result() for t in tasks), start, self.time.now())
+
+    async def _train(self, step: int, batch: _Batch, period_start: float) -> StepResult:
+        train_start = self.time.now()
+        await self.hooks.train_begin(step)
+        try:
+            await self.trainer.train(step, batch.trajectories)
+        except Exception as e:
+            raise TrainingFailed(step) from e
+        finally:
+            await self.hooks.train_finished(step)
+        train_end = self.time.now()
+        version = await self.hooks.push_weights(step)
+        return _step_result(step, batch, period_start=period_start, train_start=train_start,
+                            train_end=train_end, end=self.time.now(), version=version)
+
+
+def _step_result(step: int, batch: _Batch, *, period_start: float, train_start: float,
+                 train_end: float, end: float, version: str) -> StepResult:
+    trajs: Sequence[Trajectory] = batch.trajectories
+    errors = [e for t in trajs for e in t.errors]
+    durations = [t.duration_s for t in trajs] or [0.0]
+    return StepResult(
+        step=step, start=period_start, end=end, rollout_start=batch.start,
+        rollout_end=batch.end, train_start=train_start, train_end=train_end, weight_version=version,
+        rollout_generated_tokens=sum(t.generated_tokens for t in trajs),
+        training_tokens=sum(t.tokens for t in trajs), trajectories=len(trajs),
+        failed_trajectories=sum(t.failed for t in trajs), turns=sum(t.turns for t in trajs),
+        errors=len(errors), error_samples=tuple(errors[:_ERROR_SAMPLES]),
+        mean_trajectory_s=fmean(durations), max_trajectory_s=max(durations),
+        telemetry=tuple(x for t in trajs for x in t.telemetry))

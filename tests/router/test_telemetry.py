@@ -1,0 +1,68 @@
+"""Telemetry for the runtime profile, observed through the router over emulated workers."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from pearl_sglang.core.telemetry import fit_step
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation
+from tests.router.conftest import running_router
+from tests.support.emulated import emulators
+
+
+async def _turns(c, url, prompt, turns, headers_for, env_s=0.2):
+    ctx = list(prompt)
+    for turn in range(turns):
+        r = await c.post(url + "/generate", headers=headers_for(turn), json={
+            "input_ids": ctx, "sampling_params": {"max_new_tokens": 48, "ignore_eos": True}})
+        assert r.status_code == 200, r.text
+        ctx = ctx + r.json()["output_ids"] + [7 + turn] * 100  # the observation
+        await asyncio.sleep(env_s)
+
+
+async def test_turns_are_recorded_with_and_without_trajectory_headers():
+    async with emulators(2, "--time-scale", "20") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers]) as (url, app, _):
+                await asyncio.gather(
+                    _turns(c, url, [11] * 200, 3, lambda t: {"X-Pearl-Trajectory-Id": "traj-a",
+                                                             "X-Pearl-Turn": str(t)}),
+                    _turns(c, url, [12] * 200, 3, lambda t: {}))
+                bad = await c.post(url + "/generate", headers={"X-Pearl-Turn": "x"},
+                                   json={"input_ids": [1]})
+                step = app[ROUTER].telemetry.drain()
+    assert bad.status_code == 400
+    by_traj: dict[str, list] = {}
+    for t in step.turns:
+        by_traj.setdefault(t.trajectory_id, []).append(t)
+    assert sorted(len(v) for v in by_traj.values()) == [3, 3]  # the anonymous one was inferred
+    a = sorted(by_traj.pop("traj-a"), key=lambda t: t.turn_index)
+    anon = sorted(next(iter(by_traj.values())), key=lambda t: t.turn_index)
+    for turns in (a, anon):
+        assert [t.turn_index for t in turns] == [0, 1, 2]
+        assert all(t.generated_tokens == 48 for t in turns)
+        assert turns[0].env_time_s == 0 and all(t.env_time_s >= 0.15 for t in turns[1:])
+        # Later turns reuse their worker's cache: only the observation (and the
+        # response, carried) is computed, never the whole context again.
+        assert all(t.new_input_tokens <= 100 + 64 for t in turns[1:])
+    est = fit_step(step)
+    assert est.S == 3 and est.r == 48
+    assert est.theta is not None and est.theta > 0
+
+
+def test_collector_counts_effective_prefill():
+    col = TelemetryCollector()
+    base = dict(trajectory="t", key=(), full_key=(), concurrency=4, chunk_interval=16)
+    col.observe(TurnObservation(turn=0, prompt_tokens=1000, cached_tokens=0, generated_tokens=100,
+                                arrived_at=0.0, first_chunk_at=0.5, finished_at=2.0, **base))
+    col.observe(TurnObservation(turn=1, prompt_tokens=1900, cached_tokens=1000, generated_tokens=100,
+                                arrived_at=5.0, first_chunk_at=5.4, finished_at=7.0, **base))
+    step = col.drain()
+    first, second = step.turns
+    assert first.new_input_tokens == 1000 and second.new_input_tokens == 800  # 900 computed - 100 carried
+    assert second.env_time_s == 3.0
+    assert len(step.decode) == 2 and step.decode[0].concurrency == 4
+    assert fit_step(step).delta_L == (1000 + 800 + 100) / 2
+    assert col.pending() == 0
