@@ -65,8 +65,8 @@ class GpusJoined:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpusJoined":
-        return cls(admitted=tuple(str(s) for s in data.get("admitted", ())), cancelled=bool(data.get("cancelled", False)),
-                   reason=data.get("reason"))
+        return cls(admitted=tuple(str(s) for s in data.get("admitted", ())),
+                   cancelled=bool(data.get("cancelled", False)), reason=data.get("reason"))
 
 
 @dataclass(frozen=True)

@@ -74,15 +74,18 @@ class RolloutClient:
     async def generate(self, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
                        trajectory_id: str | None = None, turn: int | None = None,
                        timeout_s: float | None = None) -> Generated:
-        call = generate_call(self.config, generate_body(prompt_ids, sampling_params), timeout_s=timeout_s)
-        headers = protocol.headers(self.config, call)
-        if trajectory_id is not None:
-            headers.update(tag_headers(trajectory_id, turn or 0))
+        headers = tag_headers(trajectory_id, turn or 0) if trajectory_id is not None else {}
+        return await self.post_generate(generate_body(prompt_ids, sampling_params), headers=headers,
+                                        timeout_s=timeout_s)
+
+    async def post_generate(self, body: Mapping[str, Any], *, headers: Mapping[str, str] | None = None,
+                            timeout_s: float | None = None) -> Generated:
+        call = generate_call(self.config, body, timeout_s=timeout_s)
+        sent = {**protocol.headers(self.config, call), **(headers or {})}
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            async with self._session.post(protocol.url(self.config, call), data=protocol.encode(call),
-                                          headers=headers,
+            async with self._session.post(protocol.url(self.config, call), data=protocol.encode(call), headers=sent,
                                           timeout=aiohttp.ClientTimeout(total=call.timeout_s)) as response:
                 status, raw = response.status, await response.read()
         except asyncio.TimeoutError as e:

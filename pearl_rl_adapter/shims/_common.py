@@ -76,3 +76,17 @@ class WeightDirs:
         previous, self.current = self.current, path
         if not self.keep and previous is not None and previous != path:
             shutil.rmtree(previous, ignore_errors=True)
+
+
+EXPORT_ENV = "PEARL_EXPORT_WEIGHTS"
+
+
+def load_function(path: str):  # -> Callable
+    """``"package.module:function"`` (or dotted) to the function, for hooks that are
+    named in a framework's YAML or environment rather than passed in code."""
+    import importlib
+
+    module, _, name = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module or not name:
+        raise ValueError(f"expected 'package.module:function', got {path!r}")
+    return getattr(importlib.import_module(module), name)

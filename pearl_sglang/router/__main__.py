@@ -1,9 +1,17 @@
 """``python -m pearl_sglang.router``: PEARL's router in front of SGLang workers.
 
-Attach mode (pre-launched workers), like sglang-router::
+Launched workers (PEARL starts, reshapes and stops them; see docs/admin-api.md)::
+
+    python -m pearl_sglang.router --policy pearl --config cluster.yaml
+
+Attach mode (pre-launched workers, routing only), like sglang-router::
 
     python -m pearl_sglang.router --worker-urls http://w1:30000 http://w2:30000
     python -m pearl_sglang.router --prefill http://p1:30000 8998 --decode http://d1:30001
+
+``--policy static`` keeps a launched cluster colocated and never borrows training GPUs
+(the fixed-deployment baseline); ``--policy pearl`` lets the decision engine and the
+borrowing gate act.
 
 The admin token is read from the environment (``PEARL_ADMIN_TOKEN`` by default), never
 from the command line, so it does not show in process lists.
@@ -17,6 +25,8 @@ import sys
 from aiohttp import web
 
 from pearl_sglang.control.attach import attached_table
+from pearl_sglang.control.cluster_config import ClusterConfig, ConfigError, apply_policy
+from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig
@@ -25,6 +35,7 @@ from pearl_sglang.router.config import RouterConfig
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pearl_sglang.router", description=__doc__.splitlines()[0])
     RouterConfig.add_cli_args(parser)
+    parser.add_argument("--config", help="cluster configuration (YAML or JSON) for launched workers")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -32,13 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         config = RouterConfig.from_cli_args(args)
         config.validate()
         a = config.attached
-        if not (a.regular or a.prefill):
-            raise ValueError("no workers: give --worker-urls, or --prefill and --decode")
-        table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
-    except ValueError as e:
+        cluster = None
+        if args.config:
+            if a.regular or a.prefill:
+                raise ValueError("give either --config or attached workers, not both")
+            cluster = apply_policy(ClusterConfig.load(args.config), config.policy)
+            table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
+                                      overlap_gpus=cluster.zones.overlap)
+        elif a.regular or a.prefill:
+            table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
+        else:
+            raise ValueError("no workers: give --config, --worker-urls, or --prefill and --decode")
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    app = build_app(config, StateStore(table))
+    app = build_app(config, StateStore(table), cluster)
     web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, backlog=4096)
     return 0
 

@@ -102,6 +102,7 @@ async def pearl_state(request: web.Request) -> web.Response:
         "migrations": st.dispatcher.migrations,
         "telemetry_pending_turns": st.telemetry.pending(),
         "policy": st.config.policy,
+        "control": st.control.state() if st.control is not None else None,
     })
 
 

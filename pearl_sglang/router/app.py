@@ -9,15 +9,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.executor import PlanExecutor
+from pearl_sglang.control.launchers import Launcher, LocalLauncher
+from pearl_sglang.control.orchestrator import Orchestrator
+from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
 from pearl_sglang.router.inflight import InFlightRegistry
@@ -29,6 +36,7 @@ from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 
+LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
 PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
 ADMIN_PREFIXES = ("/pearl/", "/flush_cache", "/train_begin", "/train_finished", "/update_weights")
 
@@ -80,7 +88,38 @@ def _on_failure(st: RouterState):
     return on_failure
 
 
-def build_app(config: RouterConfig, store: StateStore) -> web.Application:
+def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory):
+    """Build the control plane once the application's session exists; bootstrap the
+    cluster in the background (the router serves while workers start)."""
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        launcher = launcher_factory(cluster, st.session)
+        phases = PhaseLog(on_record=lambda r: st.metrics.reconfig_seconds.labels(r.operation, r.phase)
+                          .observe(r.seconds))
+        executor = PlanExecutor(store=st.store, router=st, launcher=launcher, ops=WorkerOps(st.session),
+                                phases=phases, deadlines=cluster.deadlines,
+                                snapshot=lambda: st.control.snapshot,
+                                weights_cpu_backup=cluster.engine.weights_cpu_backup)
+        st.control = Orchestrator(config=cluster, executor=executor, on_decision=lambda d: st.metrics.decisions
+                                  .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
+        boot = asyncio.ensure_future(st.control.start())
+        yield
+        boot.cancel()
+        await asyncio.gather(boot, return_exceptions=True)
+        await st.control.shutdown()
+        stop_all = getattr(launcher, "stop_all", None)
+        if stop_all is not None:
+            await stop_all()
+
+    return ctx
+
+
+def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> LocalLauncher:
+    return LocalLauncher(cluster.engine, cluster.launcher, session)
+
+
+def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
+              launcher_factory: LauncherFactory = local_launcher) -> web.Application:
     config.validate()
     st = RouterState(
         config=config, store=store, selector=Selector(), inflight=InFlightRegistry(),
@@ -109,6 +148,9 @@ def build_app(config: RouterConfig, store: StateStore) -> web.Application:
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)
+    if cluster is not None:
+        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory))
+    add_control_routes(app)
     r = app.router
     r.add_post("/generate", inference_routes.generate)
     r.add_put("/generate", inference_routes.generate)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -30,6 +31,10 @@ class RouterState:
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None
+    control: "Orchestrator | None" = None
 
+
+if TYPE_CHECKING:
+    from pearl_sglang.control.orchestrator import Orchestrator
 
 ROUTER = web.AppKey("pearl_router", RouterState)

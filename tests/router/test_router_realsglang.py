@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pearl_sglang.engine.launch_args import LaunchRole
-from pearl_sglang.testing.servers import wait_all_healthy
+from pearl_sglang.control.processes import wait_all_healthy
 from tests.router.conftest import running_router
 from tests.support.workers import WorkerLauncher
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
-from pearl_sglang.testing.servers import (
+from pearl_sglang.control.processes import (
     ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
 )
 

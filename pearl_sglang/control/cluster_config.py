@@ -1,0 +1,205 @@
+"""Cluster configuration for launched workers (YAML or JSON), validated into dataclasses.
+
+Example (``examples/cluster-emulated.yaml``)::
+
+    engine:
+      kind: emulator            # or "sglang"
+      model_path: /models/Qwen3-8B
+      tp_size: 2
+      weight_version: v0
+      emulator: {profile: qwen3-8b-h800-tp2, time_scale: 50}
+    launcher: {kind: local, host: 127.0.0.1, log_dir: runs/logs}
+    zones:
+      dedicated: [node0:0, node0:1, node0:2, node0:3]
+      overlap: [train0:0, train0:1, ...]
+    profile: {B: 64, S: 30, delta_L: 1000, r: 300, theta: 1.0, A: 0.0045, b: 2.0e-5,
+              t_prefill: 1.5e-5, K: 147456, BW: 5.0e10, T_over: 0.2, T_env: 30, K_seq: 4.8e9,
+              H_max: 1.2e11}
+    thresholds: {ratio: 0.05, mode: 0.15}
+    gate: {toggle_cost_s: 10.0, alpha: 0.3, enabled: true}
+    deadlines: {train_begin_s: 60, leave_s: 30, join_s: 900, drain_s: 20}
+
+Every key is documented on its dataclass below; unknown keys are errors (a typo must not
+silently fall back to a default).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from pearl_sglang.core.decision import Thresholds
+from pearl_sglang.core.profile import Profile
+
+
+class ConfigError(ValueError):
+    """The cluster configuration is invalid; the message names the key."""
+
+
+def _build(cls, data: Any, where: str):
+    if data is None:
+        return cls()
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    try:
+        return cls(**data)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from e
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How each rollout worker is started. ``kind``: "sglang" or "emulator"."""
+
+    kind: str = "emulator"
+    model_path: str = ""
+    tp_size: int = 1
+    weight_version: str = "default"
+    transfer_backend: str = "mooncake"
+    memory_saver: bool = True
+    weights_cpu_backup: bool = False
+    extra_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    python: str = ""
+    emulator: Mapping[str, Any] = field(default_factory=dict)
+    start_timeout_s: float = 900.0
+
+    def validate(self) -> None:
+        if self.kind not in ("sglang", "emulator"):
+            raise ConfigError(f"engine.kind must be 'sglang' or 'emulator', got {self.kind!r}")
+        if self.kind == "sglang" and not self.model_path:
+            raise ConfigError("engine.model_path is required for SGLang workers")
+        if not isinstance(self.tp_size, int) or self.tp_size < 1:
+            raise ConfigError("engine.tp_size must be an integer >= 1")
+
+
+@dataclass(frozen=True)
+class LauncherConfig:
+    """``kind``: "local" (processes on this host) or "ray" (actors where the GPUs are)."""
+
+    kind: str = "local"
+    host: str = "127.0.0.1"
+    log_dir: str = "runs/logs"
+    ray_address: str = "auto"
+
+    def validate(self) -> None:
+        if self.kind not in ("local", "ray"):
+            raise ConfigError(f"launcher.kind must be 'local' or 'ray', got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Zones:
+    """GPU ids ``node:index``. Dedicated: rollout's own (preemptible ones join later through
+    ``POST /pearl/gpus``); overlap: training GPUs rollout may borrow."""
+
+    dedicated: tuple[str, ...] = ()
+    overlap: tuple[str, ...] = ()
+
+    def validate(self, tp_size: int) -> None:
+        for name, gpus in (("dedicated", self.dedicated), ("overlap", self.overlap)):
+            for gpu in gpus:
+                if not isinstance(gpu, str) or ":" not in gpu:
+                    raise ConfigError(f"zones.{name}: GPU ids look like 'node:index', got {gpu!r}")
+        both = set(self.dedicated) & set(self.overlap)
+        if both:
+            raise ConfigError(f"GPUs in both zones: {sorted(both)}")
+        if len(self.dedicated) < tp_size:
+            raise ConfigError(f"zones.dedicated needs at least tp_size={tp_size} GPUs")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Benefit-aware borrowing gate (equation 7). ``enabled: false`` borrows whenever the
+    training GPUs are idle (the ablation's ungated toggle); ``borrow: false`` never borrows."""
+
+    toggle_cost_s: float = 10.0
+    alpha: float = 0.3
+    enabled: bool = True
+    borrow: bool = True
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    train_begin_s: float = 60.0
+    leave_s: float = 30.0
+    join_s: float = 900.0
+    drain_s: float = 20.0
+    admission_pause_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    zones: Zones = field(default_factory=Zones)
+    profile: Profile | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    gate: GateConfig = field(default_factory=GateConfig)
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    pd_mode: str = "auto"  # "auto" (the decision engine), "colocated", or "disaggregated"
+
+    def validate(self) -> None:
+        self.engine.validate()
+        self.launcher.validate()
+        self.zones.validate(self.engine.tp_size)
+        if self.profile is None:
+            raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
+        if self.pd_mode not in ("auto", "colocated", "disaggregated"):
+            raise ConfigError(f"pd_mode must be auto, colocated or disaggregated, got {self.pd_mode!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "ClusterConfig":
+        if not isinstance(data, Mapping):
+            raise ConfigError("the cluster configuration must be a mapping")
+        top = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - top)
+        if unknown:
+            raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
+        engine = dict(data.get("engine") or {})
+        if "extra_args" in engine:
+            engine["extra_args"] = tuple(str(a) for a in engine["extra_args"])
+        zones = dict(data.get("zones") or {})
+        zones = {k: tuple(v) for k, v in zones.items()}
+        try:
+            profile = Profile(**data["profile"]) if data.get("profile") is not None else None
+            thresholds = Thresholds(**(data.get("thresholds") or {}))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"profile/thresholds: {e}") from e
+        config = cls(
+            engine=_build(EngineConfig, engine, "engine"),
+            launcher=_build(LauncherConfig, data.get("launcher"), "launcher"),
+            zones=_build(Zones, zones, "zones"),
+            profile=profile, thresholds=thresholds,
+            gate=_build(GateConfig, data.get("gate"), "gate"),
+            deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
+            pd_mode=data.get("pd_mode", "auto"),
+        )
+        config.validate()
+        return config
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ClusterConfig":
+        text = Path(path).read_text()
+        if str(path).endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+        return cls.from_mapping(data)
+
+
+def apply_policy(config: ClusterConfig, policy: str) -> ClusterConfig:
+    """``static``: a fixed colocated deployment that never borrows; ``pearl``: as configured."""
+    from dataclasses import replace
+
+    if policy == "static":
+        return replace(config, pd_mode="colocated", gate=replace(config.gate, borrow=False))
+    if policy == "pearl":
+        return config
+    raise ConfigError(f"unknown policy {policy!r}")

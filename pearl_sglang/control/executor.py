@@ -1,0 +1,156 @@
+"""Carry out a minimal-change plan against real workers (both executors' shared path).
+
+The Inter-Scale Rebuilder and the Intra-Scale Toggle Manager consume the same plan
+format and differ only in urgency, so the physical steps live here once:
+
+* ``deactivate``: a LEAVING worker stops receiving requests (the table already says so),
+  its in-flight items are migrated with their partial output, then an overlap worker is
+  paused and releases its GPU memory (process kept) while a dedicated one is stopped.
+  If a worker refuses to drain by the deadline, or cannot release, it is killed: a GPU is
+  never reported free while a rollout process may still hold memory on it.
+* ``switch``: prefill <-> decode in place through ``/pd_role_switch`` on the drained
+  instance; colocated <-> PD by relaunching the process in the same slot and GPUs.
+* ``activate``: resume a retained overlap process or launch a new one, then sync it to
+  the latest weight snapshot (lazy propagation).
+* ``admit``: the ready events of one group applied together under a brief admission
+  pause, so a request never reaches a half-ready group.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from pearl_sglang.control.cluster_config import Deadlines
+from pearl_sglang.control.launchers import Launcher, LaunchSpec
+from pearl_sglang.control.phases import PhaseLog
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.control.weights import WeightSnapshot, sync_worker
+from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
+from pearl_sglang.core.events import Event, RoleSwitched, WorkerFailed, WorkerLeft, WorkerReady
+from pearl_sglang.core.planner import WorkerAdd
+from pearl_sglang.core.state import Activity, Role, Zone
+from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.router.drain import migrate_off, wait_drained
+from pearl_sglang.router.state import RouterState
+
+log = logging.getLogger("pearl.control")
+
+_MODE_TO_ROLE = {"null": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
+
+
+class ActivationFailed(RuntimeError):
+    """A worker of a group could not be made ready; the whole group is cancelled."""
+
+
+def launch_role(role: Role) -> LaunchRole:
+    return LaunchRole(role.value)
+
+
+@dataclass
+class PlanExecutor:
+    store: StateStore
+    router: RouterState
+    launcher: Launcher | None
+    ops: WorkerOps
+    phases: PhaseLog
+    deadlines: Deadlines
+    snapshot: Callable[[], WeightSnapshot]
+    weights_cpu_backup: bool = False
+
+    async def _drain(self, slot: int) -> bool:
+        await migrate_off(self.router, slot)
+        drained = await wait_drained(self.router, slot, self.deadlines.drain_s)
+        if not drained:
+            log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
+        return drained
+
+    async def _kill(self, slot: int) -> None:
+        if self.launcher is not None:
+            await self.launcher.stop(slot)
+
+    async def deactivate(self, slot: int, operation: str) -> Event:
+        """Returns the event to apply: WorkerLeft, or WorkerFailed if the process had to go."""
+        w = self.store.table.worker(slot)
+        async with self.phases.phase(operation, "deactivation"):
+            await self._drain(slot)
+            if w.zone is Zone.OVERLAP and w.endpoint:
+                try:
+                    await self.ops.pause(w.endpoint, "abort")
+                    await self.ops.release_memory(w.endpoint)
+                    return WorkerLeft(slot)
+                except WorkerOpError as e:
+                    log.warning("slot %s could not release memory (%s); killing it", slot, e)
+                    await self._kill(slot)
+                    return WorkerFailed(slot)
+            await self._kill(slot)
+            return WorkerLeft(slot)
+
+    async def _actual_role(self, url: str) -> Role:
+        info = await self.ops.model_info(url)
+        return _MODE_TO_ROLE.get(str(info.get("disaggregation_mode")), Role.COLOCATED)
+
+    async def _become(self, slot: int, url: str, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
+        """Give the process in ``slot`` the role ``role``: in place for P <-> D, else relaunch."""
+        w = self.store.table.worker(slot)
+        current = await self._actual_role(url)
+        if current is role:
+            return url, w.bootstrap_port
+        if {current, role} == {Role.PREFILL, Role.DECODE}:
+            await self.ops.switch_role(url, role.value)
+            if await self._actual_role(url) is not role:
+                raise ActivationFailed(f"slot {slot} still is {current.value} after /pd_role_switch")
+            return url, w.bootstrap_port
+        if self.launcher is None:
+            raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
+                                   "and attached workers cannot be relaunched")
+        await self.launcher.stop(slot)
+        launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.snapshot().version))
+        return launched.endpoint, launched.bootstrap_port
+
+    async def switch(self, slot: int, operation: str) -> Event:
+        w = self.store.table.worker(slot)
+        if w.held:
+            return RoleSwitched(slot)  # lost its partner; nothing to change physically
+        async with self.phases.phase(operation, "role_switch"):
+            await self._drain(slot)
+            endpoint, port = await self._become(slot, w.endpoint, w.pending_role, w.gpus)
+            await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
+            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port)
+
+    async def activate(self, add: WorkerAdd, operation: str) -> Event:
+        snapshot = self.snapshot()
+        if add.retained:
+            w = self.store.table.worker(add.slot)
+            async with self.phases.phase(operation, "activation"):
+                await self.ops.resume_memory(w.endpoint)
+                await sync_worker(self.ops, w.endpoint, snapshot, reload=not self.weights_cpu_backup)
+                endpoint, port = await self._become(add.slot, w.endpoint, add.role, add.gpus)
+                await self.ops.resume_generation(endpoint)
+            return WorkerReady(add.slot, endpoint=endpoint, bootstrap_port=port, weight_version=snapshot.version)
+        if self.launcher is None:
+            raise ActivationFailed("attached clusters cannot launch workers")
+        async with self.phases.phase(operation, "preparation"):
+            launched = await self.launcher.launch(LaunchSpec(add.slot, launch_role(add.role), add.gpus,
+                                                             snapshot.version))
+            latest = self.snapshot()
+            await sync_worker(self.ops, launched.endpoint, latest, reload=False)
+        return WorkerReady(add.slot, endpoint=launched.endpoint, bootstrap_port=launched.bootstrap_port,
+                           weight_version=latest.version)
+
+    async def admit(self, events: list[Event], operation: str) -> None:
+        if not events:
+            return
+        async with self.phases.phase(operation, "finalization"):
+            async with self.router.gate.closed(f"{operation}: admitting {len(events)} worker(s)"):
+                await self.store.apply(events)
+
+    async def cancel_group(self, slots: list[int]) -> None:
+        """All-or-nothing: stop every worker of a failed group and drop it from the table."""
+        for slot in slots:
+            await self._kill(slot)
+        table = self.store.table
+        gone = [WorkerFailed(s) for s in slots if table.has(s) and table.worker(s).activity is Activity.JOINING]
+        if gone:
+            await self.store.apply(gone)

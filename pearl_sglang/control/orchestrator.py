@@ -1,0 +1,319 @@
+"""The elastic control plane: every event goes budget -> decision -> plan -> executor.
+
+Events (train_begin, train_finished, GPUs join, GPUs leave) are serialized by one lock:
+each updates the table, asks the decision engine for a target under the new budget,
+turns it into a minimal-change plan and begins it (``BeginPlan``), all on the current
+snapshot, so concurrent events never act on stale state. Execution is asynchronous.
+Mandatory work (returning training GPUs, giving back reclaimed GPUs) is awaited before
+the event answers and first cancels optional growth in flight (borrowing, expansion);
+optional growth runs in the background and admits its workers all at once or not at all.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict, deque
+from dataclasses import fields, replace
+from typing import Any, Awaitable, Callable
+
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
+from pearl_sglang.control.launchers import LaunchError
+from pearl_sglang.control.phases import PhaseLog
+from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.control.worker_ops import WorkerOpError
+from pearl_sglang.core.decision import Decision, decide
+from pearl_sglang.core.errors import CoreError
+from pearl_sglang.core.events import (
+    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerFailed,
+)
+from pearl_sglang.core.gate import ToggleCostEstimator, gate_for_profile
+from pearl_sglang.core.planner import Plan, plan
+from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.state import Activity, OverlapOwner
+from pearl_sglang.core.telemetry import ProfileTracker
+from pearl_sglang.core.topology import Topology
+
+log = logging.getLogger("pearl.control")
+
+
+class OutOfOrder(RuntimeError):
+    """A call that contradicts the training state (two train_begin, finished without begin)."""
+
+
+class Orchestrator:
+    def __init__(self, *, config: ClusterConfig, executor: PlanExecutor,
+                 on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
+        self.config = config
+        self.executor = executor
+        self.store = executor.store
+        self.phases: PhaseLog = executor.phases
+        self.on_decision = on_decision
+        self.tracker = ProfileTracker(alpha=config.gate.alpha)
+        self.toggle = ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha)
+        # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
+        self.snapshot = WeightSnapshot(version=config.engine.weight_version,
+                                       model_path=config.engine.model_path or None)
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=50)
+        self.borrowing = False
+        self.training = False
+        self._lock = asyncio.Lock()
+        self._growth: asyncio.Task | None = None
+        self._answers: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self._last_step_at: float | None = None
+        self._last_prediction_s: float | None = None
+
+    # -- inputs of decisions -------------------------------------------------------------
+    def profile(self) -> Profile:
+        """The configured profile with every symbol telemetry has identified replaced."""
+        est = self.tracker.estimate
+        fitted = {f.name: getattr(est, f.name) for f in fields(est) if getattr(est, f.name) is not None}
+        return replace(self.config.profile, **fitted)
+
+    def _available(self, *, borrow: bool) -> frozenset[str]:
+        table = self.store.table
+        if borrow and table.overlap_owner is OverlapOwner.ROLLOUT:
+            return table.available_gpus()
+        return frozenset(table.dedicated_gpus)
+
+    def _decide(self, operation: str, budget: int) -> Decision | None:
+        if budget == 0:
+            return None
+        table = self.store.table
+        current = table.topology()
+        mode = self.config.pd_mode
+        profile = self.profile()
+        if mode == "colocated" or (mode == "disaggregated" and budget < 2):
+            decision = decide(replace(profile), budget=budget, current=current if current.total else None,
+                              thresholds=self.config.thresholds)
+            decision = replace(decision, choice=Topology(0, 0, budget), reason=f"pd_mode={mode}")
+        elif mode == "disaggregated":
+            decision = decide(profile, budget=budget, current=None, thresholds=self.config.thresholds)
+            pd = [c for c in decision.candidates if c.feasible and not c.topology.colocated]
+            best = min(pd, key=lambda c: c.predicted_makespan_s) if pd else None
+            if best is not None:
+                decision = replace(decision, choice=best.topology, reason="pd_mode=disaggregated: best ratio")
+        else:
+            decision = decide(profile, budget=budget, current=current if current.total else None,
+                              thresholds=self.config.thresholds)
+        record = {"operation": operation, "budget": budget, **decision.to_dict()}
+        self.decisions.append(record)
+        self._last_prediction_s = decision.predicted_makespan_s
+        self.on_decision(record)
+        return decision
+
+    async def _begin(self, operation: str, *, borrow: bool) -> Plan:
+        """Decide and begin a plan on the current snapshot; the caller holds ``_lock``."""
+        available = self._available(borrow=borrow)
+        budget = self.store.table.budget(available)
+        decision = self._decide(operation, budget)
+        target = decision.choice if decision else Topology(0, 0, 0)
+        p = plan(self.store.table, target, available=available)
+        await self.store.apply([BeginPlan(p)])
+        return p
+
+    # -- execution -------------------------------------------------------------------------
+    async def _deactivate_leaving(self, operation: str, deadline_s: float) -> list[int]:
+        leaving = [w.slot for w in self.store.table.rollout_workers() if w.activity is Activity.LEAVING]
+        if not leaving:
+            return []
+        events = await asyncio.wait_for(
+            asyncio.gather(*(self.executor.deactivate(s, operation) for s in leaving)), deadline_s)
+        await self.store.apply(events)
+        return leaving
+
+    async def _grow(self, p: Plan, operation: str) -> list[int]:
+        """Switches and additions of ``p``; admitted together, or the additions cancelled."""
+        table = self.store.table
+        switching = [w.slot for w in table.rollout_workers() if w.activity is Activity.SWITCHING]
+        adds = [a for a in p.add if table.has(a.slot) and table.worker(a.slot).activity is Activity.JOINING]
+        jobs = [self.executor.switch(s, operation) for s in switching]
+        jobs += [self.executor.activate(a, operation) for a in adds]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            for r in failed:
+                if isinstance(r, asyncio.CancelledError):
+                    raise r
+            log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
+            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            return []
+        await self.executor.admit(list(results), operation)
+        return [a.slot for a in adds]
+
+    def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
+        async def run() -> list[int]:
+            try:
+                return await self._grow(p, operation)
+            except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
+                log.warning("%s growth stopped: %s", operation, e)
+                return []
+        self._growth = asyncio.ensure_future(run())
+        return self._growth
+
+    async def _cancel_growth(self) -> None:
+        task, self._growth = self._growth, None
+        if task is None or task.done():
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        table = self.store.table
+        stuck = [w.slot for w in table.rollout_workers() if w.activity is Activity.JOINING]
+        if stuck:
+            await self.executor.cancel_group(stuck)
+
+    async def _once(self, request_id: str | None, fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Idempotency: a retried ``request_id`` gets the first call's answer."""
+        if request_id is None:
+            return await fn()
+        if request_id in self._answers:
+            return {**(await asyncio.shield(self._answers[request_id])), "duplicate": True}
+        future = asyncio.ensure_future(fn())
+        self._answers[request_id] = future
+        while len(self._answers) > 1024:
+            self._answers.popitem(last=False)
+        try:
+            return {**(await asyncio.shield(future)), "duplicate": False}
+        except BaseException:
+            self._answers.pop(request_id, None)
+            raise
+
+    # -- events ------------------------------------------------------------------------------
+    async def start(self) -> list[int]:
+        async with self._lock:
+            p = await self._begin("bootstrap", borrow=False)
+        return await self._grow(p, "bootstrap")
+
+    async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
+        return await self._once(request_id, lambda: self._train_begin(step))
+
+    async def _train_begin(self, step: int) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with self._lock:
+            if self.training:
+                raise OutOfOrder(f"train_begin for step {step} while training is already running")
+            self.training = True
+            await self._cancel_growth()
+            returned = sorted(self.store.table.overlap_gpus)
+            if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
+                await self.store.apply([TrainBegin()])
+            p = await self._begin("train_begin", borrow=False)
+            async with self.phases.phase("intra_scale", "return"):
+                await self._deactivate_leaving("intra_scale", self.config.deadlines.train_begin_s)
+            if not self.store.table.training_owns_overlap:
+                raise RuntimeError("overlap GPUs still held after deactivation")
+            self._observe_step(loop.time())
+            self.borrowing = False
+            self._start_growth(p, "train_begin")
+        return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
+
+    def _observe_step(self, now: float) -> None:
+        step = self.executor.router.telemetry.drain()
+        if step.turns:
+            try:
+                self.tracker = self.tracker.observe(step)
+            except CoreError as e:
+                log.warning("telemetry did not fit: %s", e)
+        if self._last_step_at is not None and self._last_prediction_s is not None:
+            self.toggle = self.toggle.observe(borrowed=self.borrowing, observed_s=now - self._last_step_at,
+                                              predicted_s=self._last_prediction_s)
+        self._last_step_at = now
+
+    async def train_finished(self, *, step: int, remaining: float | None = None,
+                             request_id: str | None = None) -> dict[str, Any]:
+        return await self._once(request_id, lambda: self._train_finished(step, remaining))
+
+    async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
+        async with self._lock:
+            if not self.training:
+                raise OutOfOrder(f"train_finished for step {step} without a train_begin")
+            self.training = False
+            await self.store.apply([TrainFinished()])
+            borrow, reason = self._gate(remaining)
+            self.borrowing = borrow
+            if borrow:
+                p = await self._begin("train_finished", borrow=True)
+                self._start_growth(p, "intra_scale")
+        return {"step": step, "borrowing": borrow, "reason": reason}
+
+    def _gate(self, remaining: float | None) -> tuple[bool, str]:
+        gate = self.config.gate
+        table = self.store.table
+        if not gate.borrow or not table.overlap_gpus:
+            return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs"
+        if not gate.enabled:
+            return True, "ungated borrowing"
+        profile = self.profile()
+        ded = table.budget(frozenset(table.dedicated_gpus))
+        full = table.budget(table.available_gpus())
+        r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
+        decision = gate_for_profile(profile, dedicated_workers=max(ded, 1), overlap_workers=full - ded,
+                                    remaining=r, toggle_cost_s=self.toggle.estimate_s)
+        self.decisions.append({"operation": "borrow_gate", **decision.to_dict()})
+        return decision.borrow, decision.reason
+
+    async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
+        return await self._once(request_id, lambda: self._gpus_join(gpus))
+
+    async def _gpus_join(self, gpus: tuple[str, ...]) -> dict[str, Any]:
+        async with self._lock:
+            await self.store.apply([GpusJoin(tuple(gpus))])
+            await self._cancel_growth()
+            p = await self._begin("gpus_join", borrow=self.borrowing)
+            task = self._start_growth(p, "inter_scale")
+        admitted = await asyncio.shield(task)
+        return {"action": "join", "admitted": admitted, "cancelled": not admitted and bool(p.add)}
+
+    async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
+                         request_id: str | None = None) -> dict[str, Any]:
+        return await self._once(request_id, lambda: self._gpus_leave(gpus, deadline_s))
+
+    async def _gpus_leave(self, gpus: tuple[str, ...], deadline_s: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        async with self._lock:
+            await self._cancel_growth()
+            await self.store.apply([GpusLeave(tuple(gpus))])
+            p = await self._begin("gpus_leave", borrow=self.borrowing)
+            async with self.phases.phase("inter_scale", "shrink"):
+                removed = await self._deactivate_leaving("inter_scale", deadline_s)
+            self._start_growth(p, "inter_scale")
+        return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
+
+    async def update_weights(self, *, snapshot: WeightSnapshot, request_id: str | None = None) -> dict[str, Any]:
+        return await self._once(request_id, lambda: self._update_weights(snapshot))
+
+    async def _update_weights(self, snapshot: WeightSnapshot) -> dict[str, Any]:
+        self.snapshot = snapshot  # joining and re-activated workers sync to this
+        workers = self.store.table.active()
+        ops = self.executor.ops
+
+        async def one(w) -> str:
+            try:
+                await ops.update_from_disk(w.endpoint, model_path=snapshot.model_path, version=snapshot.version,
+                                           load_format=snapshot.load_format)
+                return "ok"
+            except WorkerOpError as e:
+                return str(e)
+
+        results = await asyncio.gather(*(one(w) for w in workers))
+        ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
+        failed = [w.slot for w, r in zip(workers, results) if r != "ok"]
+        if ok:
+            await self.store.apply([WeightsUpdated(ok, snapshot.version)])
+        if failed:
+            # A worker on old weights must not serve: take it out; the next plan relaunches it.
+            await self.store.apply([WorkerFailed(s) for s in failed if self.store.table.has(s)])
+            for s in failed:
+                await self.executor._kill(s)  # noqa: SLF001 - same package
+        return {"version": snapshot.version, "latest": snapshot.version,
+                "workers": {str(w.slot): r for w, r in zip(workers, results)}}
+
+    async def shutdown(self) -> None:
+        await self._cancel_growth()
+
+    def state(self) -> dict[str, Any]:
+        return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
+                "weights": self.snapshot.to_dict(), "training": self.training, "borrowing": self.borrowing,
+                "toggle_cost_s": self.toggle.estimate_s, "profile_steps": self.tracker.steps}

@@ -1,0 +1,81 @@
+"""Control calls to one SGLang worker, each a typed success or a ``WorkerOpError``.
+
+These are the SGLang 0.5.23 mechanics PEARL composes into reconfigurations: pause and
+continue generation, release and resume memory (torch memory saver), weight updates with
+versions, in-place prefill <-> decode switches, and ``/model_info`` for reconciliation.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+
+class WorkerOpError(RuntimeError):
+    def __init__(self, url: str, op: str, message: str) -> None:
+        super().__init__(f"{op} on {url}: {message}")
+        self.url, self.op = url, op
+
+
+@dataclass(frozen=True)
+class WorkerOps:
+    session: aiohttp.ClientSession
+    timeout_s: float = 120.0
+
+    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        try:
+            async with self.session.request(method, url + path, json=body, timeout=timeout) as r:
+                data = await r.read()
+                if r.status >= 400:
+                    raise WorkerOpError(url, path, f"HTTP {r.status}: {data[:300].decode(errors='replace')}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+            raise WorkerOpError(url, path, repr(e)) from e
+        if not data.strip():
+            return None
+        try:
+            import json
+
+            out = json.loads(data)
+        except ValueError:
+            return data.decode(errors="replace")
+        if isinstance(out, dict) and out.get("success") is False:
+            raise WorkerOpError(url, path, str(out.get("message")))
+        return out
+
+    async def model_info(self, url: str) -> dict[str, Any]:
+        return await self._call(url, "GET", "/model_info")
+
+    async def pause(self, url: str, mode: str = "abort") -> None:
+        await self._call(url, "POST", "/pause_generation", {"mode": mode})
+
+    async def resume_generation(self, url: str) -> None:
+        await self._call(url, "POST", "/continue_generation", {})
+
+    async def release_memory(self, url: str) -> None:
+        await self._call(url, "POST", "/release_memory_occupation", {"tags": None})
+
+    async def resume_memory(self, url: str) -> None:
+        await self._call(url, "POST", "/resume_memory_occupation", {"tags": None})
+
+    async def update_from_disk(self, url: str, *, model_path: str, version: str,
+                               load_format: str | None = None) -> None:
+        body: dict[str, Any] = {"model_path": model_path, "weight_version": version}
+        if load_format:
+            body["load_format"] = load_format
+        await self._call(url, "POST", "/update_weights_from_disk", body)
+
+    async def set_version(self, url: str, version: str) -> None:
+        await self._call(url, "POST", "/update_weight_version", {"new_version": version,
+                                                                  "abort_all_requests": False})
+
+    async def switch_role(self, url: str, role: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"new_role": role}
+        if role == "decode":
+            body["decode_cuda_graph_memory_gb"] = 0
+        return await self._call(url, "POST", "/pd_role_switch", body)
+
+    async def loads(self, url: str) -> dict[str, Any]:
+        return await self._call(url, "GET", "/v1/loads")

@@ -1,0 +1,65 @@
+"""A launcher that runs emulated workers inside the caller's event loop.
+
+Same flags, same HTTP protocol and the same ``Launcher`` interface as the process
+launcher, without a process per worker: scenario tests and benchmarks can then reshape
+clusters of many workers hundreds of times on two cores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pearl_sglang.control.cluster_config import EngineConfig
+from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec, engine_args
+from pearl_sglang.control.processes import free_port
+from pearl_sglang.emulator.config import parse_args
+from pearl_sglang.emulator.server import build_worker, start
+from pearl_sglang.engine.launch_args import LaunchRole
+
+
+@dataclass
+class _Running:
+    runners: list
+    worker: object
+
+
+@dataclass
+class InProcessEmulatorLauncher:
+    engine: EngineConfig
+    host: str = "127.0.0.1"
+    launches: int = 0
+    _running: dict[int, _Running] = field(default_factory=dict)
+
+    def slots(self) -> tuple[int, ...]:
+        return tuple(sorted(self._running))
+
+    def alive(self, slot: int) -> bool:
+        return slot in self._running
+
+    def worker(self, slot: int):
+        """The emulated worker object (its engine), for tests that inspect it."""
+        return self._running[slot].worker
+
+    async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
+        if self.engine.kind != "emulator":
+            raise LaunchError("the in-process launcher runs emulated workers only")
+        if spec.slot in self._running:
+            raise LaunchError(f"slot {spec.slot} already runs a worker")
+        port = free_port(self.host)
+        bootstrap = free_port(self.host) if spec.role is not LaunchRole.COLOCATED else None
+        args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
+        worker = build_worker(args)
+        runner, extra, bound, _ = await start(worker, host=self.host, port=port)
+        self._running[spec.slot] = _Running([runner, *extra], worker)
+        self.launches += 1
+        return LaunchedWorker(slot=spec.slot, endpoint=f"http://{self.host}:{bound}", bootstrap_port=bootstrap)
+
+    async def stop(self, slot: int) -> None:
+        running = self._running.pop(slot, None)
+        if running is None:
+            return
+        for runner in reversed(running.runners):
+            await runner.cleanup()
+
+    async def stop_all(self) -> None:
+        for slot in list(self._running):
+            await self.stop(slot)

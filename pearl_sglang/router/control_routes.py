@@ -1,0 +1,130 @@
+"""Admin API of the control plane (docs/admin-api.md): typed bodies in, JSON answers out."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
+from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.core.errors import CoreError
+from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
+from pearl_sglang.router.middleware import read_json
+from pearl_sglang.router.state import ROUTER
+
+class GatewayTimeout(RouterError):
+    status = 504
+    kind = "deadline_exceeded"
+
+
+def _control(request: web.Request) -> Orchestrator:
+    orch = request.app[ROUTER].control
+    if orch is None:
+        raise Conflict("this router runs in attach mode without a control plane; start it with "
+                       "--config cluster.yaml to use the admin API", kind="no_control_plane")
+    return orch
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _int(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{key}' must be an integer")
+    return value
+
+
+def _opt_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 256):
+        raise BadRequest(f"'{key}' must be a non-empty string of at most 256 characters")
+    return value
+
+
+def _positive(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86400:
+        raise BadRequest(f"'{key}' must be a number of seconds in (0, 86400)")
+    return float(value)
+
+
+def _gpus(body: dict[str, Any]) -> tuple[str, ...]:
+    gpus = body.get("gpus")
+    if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) and ":" in g for g in gpus):
+        raise BadRequest("'gpus' must be a non-empty list of GPU ids like 'node3:0'")
+    return tuple(gpus)
+
+
+async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
+    try:
+        if deadline_s is None:
+            return web.json_response(await coro)
+        return web.json_response(await asyncio.wait_for(coro, deadline_s))
+    except OutOfOrder as e:
+        raise Conflict(str(e), kind="out_of_order") from e
+    except CoreError as e:
+        raise Conflict(str(e), kind="invalid_transition") from e
+    except asyncio.TimeoutError as e:
+        raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+
+
+async def train_begin(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    step, rid = _int(body, "step"), _opt_str(body, "request_id")
+    deadline = _positive(body, "deadline_s", orch.config.deadlines.train_begin_s * 2)
+    return await _run(orch.train_begin(step=step, request_id=rid), deadline_s=deadline)
+
+
+async def train_finished(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    remaining = body.get("remaining_trajectories")
+    if remaining is not None and (isinstance(remaining, bool) or not isinstance(remaining, (int, float))
+                                  or remaining < 0):
+        raise BadRequest("'remaining_trajectories' must be a non-negative number")
+    return await _run(orch.train_finished(step=_int(body, "step"), remaining=remaining,
+                                          request_id=_opt_str(body, "request_id")))
+
+
+async def update_weights(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    version = _opt_str(body, "version")
+    if version is None:
+        raise BadRequest("'version' is required")
+    if "distributed" in body:
+        raise BadRequest("distributed weight pushes are not supported yet; save the weights and pass "
+                         "'model_path'", kind="unsupported")
+    path = _opt_str(body, "model_path")
+    if path is None:
+        raise BadRequest("'model_path' is required (a checkpoint folder the workers can read)")
+    snapshot = WeightSnapshot(version=version, model_path=path, load_format=_opt_str(body, "load_format"))
+    return await _run(orch.update_weights(snapshot=snapshot, request_id=_opt_str(body, "request_id")))
+
+
+async def gpus(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    action, rid = body.get("action"), _opt_str(body, "request_id")
+    if action == "join":
+        return await _run(orch.gpus_join(gpus=_gpus(body), request_id=rid))
+    if action == "leave":
+        deadline = _positive(body, "deadline_s", orch.config.deadlines.leave_s)
+        return await _run(orch.gpus_leave(gpus=_gpus(body), deadline_s=deadline, request_id=rid),
+                          deadline_s=deadline)
+    raise BadRequest("'action' must be 'join' or 'leave'")
+
+
+def add_control_routes(app: web.Application) -> None:
+    r = app.router
+    r.add_post("/train_begin", train_begin)
+    r.add_post("/train_finished", train_finished)
+    r.add_post("/update_weights", update_weights)
+    r.add_post("/pearl/gpus", gpus)

@@ -1,0 +1,115 @@
+"""Emulated clusters under the real control plane: router + orchestrator + executors, with
+emulated workers run in this event loop by the in-process launcher (real HTTP)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+
+import httpx
+from aiohttp import web
+
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.core.invariants import check
+from pearl_sglang.core.state import Activity, StateTable
+from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from pearl_sglang.router.app import build_app
+from pearl_sglang.router.config import RouterConfig, Security
+from pearl_sglang.router.state import ROUTER
+
+TOKEN = "control-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+PROFILE = dict(B=16, S=5, delta_L=200, r=50, theta=0.5, A=0.002, b=5e-5, t_prefill=2e-5, K=65536,
+               BW=5e9, T_over=0.01, T_env=1.0, K_seq=1.3e8, H_max=1e9)
+
+
+def cluster_config(model_dir, *, dedicated=2, overlap=2, pd_mode="colocated", time_scale=20,
+                   gate=None, **extra) -> ClusterConfig:
+    return ClusterConfig.from_mapping({
+        "engine": {"kind": "emulator", "model_path": str(model_dir), "tp_size": 1,
+                   "emulator": {"profile": "tiny", "time_scale": time_scale}},
+        "zones": {"dedicated": [f"d0:{i}" for i in range(dedicated)],
+                  "overlap": [f"t0:{i}" for i in range(overlap)]},
+        "profile": PROFILE, "pd_mode": pd_mode,
+        "gate": gate or {"enabled": False},
+        "deadlines": {"train_begin_s": 30, "leave_s": 30, "drain_s": 5},
+        **extra,
+    })
+
+
+class Cluster:
+    def __init__(self, url, app, store, launcher):
+        self.url, self.app, self.store, self.launcher = url, app, store, launcher
+        self.client = httpx.AsyncClient(timeout=60)
+
+    @property
+    def control(self):
+        return self.app[ROUTER].control
+
+    @property
+    def table(self) -> StateTable:
+        return self.store.table
+
+    async def admin(self, path, body, expect=200):
+        r = await self.client.post(self.url + path, json=body, headers=AUTH)
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    async def generate(self, ids, n=16):
+        r = await self.client.post(self.url + "/generate", json={
+            "input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True}})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def settle(self, timeout=30.0):
+        """Wait until no worker is transitioning and background growth is done."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            growth = self.control._growth  # noqa: SLF001 - tests observe the shell
+            moving = [w for w in self.table.rollout_workers()
+                      if w.activity in (Activity.JOINING, Activity.LEAVING)
+                      or (w.activity is Activity.SWITCHING and not w.held)]
+            if (growth is None or growth.done()) and not moving:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"cluster did not settle: {self.table.to_dict()}")
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulatorLauncher, **launcher_kw):
+    store = StateStore(StateTable.create(tp_size=config.engine.tp_size, dedicated_gpus=config.zones.dedicated,
+                                         overlap_gpus=config.zones.overlap))
+    violations = []
+    store.on_change(lambda old, new: violations.extend(_check(new)))
+    launchers = []
+
+    def factory(cluster, session):
+        launchers.append(launcher_cls(cluster.engine, **launcher_kw))
+        return launchers[-1]
+
+    router_config = RouterConfig(security=Security(admin_token=TOKEN), health_interval_s=3600)
+    app = build_app(router_config, store, config, launcher_factory=factory)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
+    cluster = Cluster(f"http://127.0.0.1:{port}", app, store, launchers[0])
+    try:
+        await cluster.settle()
+        yield cluster
+    finally:
+        await cluster.client.aclose()
+        await runner.cleanup()
+    assert not violations, violations
+
+
+def _check(table):
+    try:
+        check(table)
+        return []
+    except Exception as e:  # noqa: BLE001 - collected and asserted at the end
+        return [repr(e)]
