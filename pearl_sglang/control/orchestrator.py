@@ -83,19 +83,16 @@ class Orchestrator:
         current = table.topology()
         mode = self.config.pd_mode
         profile = self.profile()
+        decision = decide(profile, budget=budget, current=current if current.total else None,
+                          thresholds=self.config.thresholds)
         if mode == "colocated" or (mode == "disaggregated" and budget < 2):
-            decision = decide(replace(profile), budget=budget, current=current if current.total else None,
-                              thresholds=self.config.thresholds)
             decision = replace(decision, choice=Topology(0, 0, budget), reason=f"pd_mode={mode}")
         elif mode == "disaggregated":
-            decision = decide(profile, budget=budget, current=None, thresholds=self.config.thresholds)
-            pd = [c for c in decision.candidates if c.feasible and not c.topology.colocated]
-            best = min(pd, key=lambda c: c.predicted_makespan_s) if pd else None
-            if best is not None:
-                decision = replace(decision, choice=best.topology, reason="pd_mode=disaggregated: best ratio")
-        else:
-            decision = decide(profile, budget=budget, current=current if current.total else None,
-                              thresholds=self.config.thresholds)
+            pd = [c for c in decision.candidates if not c.topology.colocated]
+            # Forced PD (the ablation): the best feasible ratio, else the best ratio at all.
+            best = min(pd, key=lambda c: (not c.feasible, c.predicted_makespan_s))
+            if best.topology != decision.choice:
+                decision = replace(decision, choice=best.topology, reason=f"pd_mode={mode}: best ratio")
         record = {"operation": operation, "budget": budget, **decision.to_dict()}
         self.decisions.append(record)
         self._last_prediction_s = decision.predicted_makespan_s
@@ -262,7 +259,13 @@ class Orchestrator:
             await self._cancel_growth()
             p = await self._begin("gpus_join", borrow=self.borrowing)
             task = self._start_growth(p, "inter_scale")
-        admitted = await asyncio.shield(task)
+        try:
+            admitted = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this call itself was cancelled
+            return {"action": "join", "admitted": [], "cancelled": True,
+                    "reason": "pre-empted by a mandatory return; the GPUs stay in the budget"}
         return {"action": "join", "admitted": admitted, "cancelled": not admitted and bool(p.add)}
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
