@@ -49,7 +49,7 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pearl_sglang.testing.servers import (  # noqa: E402
+from pearl_sglang.control.processes import (  # noqa: E402
     ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
 )
 
@@ -64,6 +64,21 @@ class Target:
     name: str
     urls: list[str]
     modes: tuple[str, ...] = MODES
+    pid: int | None = None      # the router's process (for its memory), None for direct
+
+
+def rss_mb(pid: int | None) -> float | None:
+    """Resident memory (VmRSS) of one process, in MB."""
+    if pid is None:
+        return None
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return None
 
 
 class BenchError(RuntimeError):
@@ -163,7 +178,8 @@ def summarize(lats: list[float], elapsed: float, ttfts: list[float], chunks: lis
     return out
 
 
-async def measure(targets: list[Target], args: argparse.Namespace) -> list[dict[str, Any]]:
+async def measure(targets: list[Target], args: argparse.Namespace
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     body_of = {
         mode: [json.dumps({"input_ids": p, "stream": mode == "stream",
                            "sampling_params": {"max_new_tokens": args.max_new_tokens, "ignore_eos": True}}
@@ -174,6 +190,7 @@ async def measure(targets: list[Target], args: argparse.Namespace) -> list[dict[
               ("lat_1", 1, args.requests_c1, args.c1_max_s),
               ("tp", args.tp_concurrency, 10 ** 9, args.tp_seconds)]
     rows: list[dict[str, Any]] = []
+    memory: dict[str, dict[str, float | None]] = {t.name: {} for t in targets if t.pid}
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -183,6 +200,9 @@ async def measure(targets: list[Target], args: argparse.Namespace) -> list[dict[
                 await closed_loop(session, t.urls, body_of[mode], mode == "stream", args.tp_concurrency,
                                   max_requests=2 * args.tp_concurrency, max_s=10,
                                   expect=expect, max_new=args.max_new_tokens)
+        for t in targets:
+            if t.pid:
+                memory[t.name]["rss_mb_after_warmup"] = rss_mb(t.pid)
         for rep in range(args.repeats):
             for mode in MODES:
                 for phase, conc, max_req, max_s in phases:
@@ -201,7 +221,10 @@ async def measure(targets: list[Target], args: argparse.Namespace) -> list[dict[
                         print(f"  rep {rep} {mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
                               f"rps={r['rps']:7.0f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms",
                               flush=True)
-    return rows
+    for t in targets:
+        if t.pid:
+            memory[t.name]["rss_mb_at_end"] = rss_mb(t.pid)
+    return rows, memory
 
 
 # ---- summary ----------------------------------------------------------------------------
@@ -326,7 +349,7 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
 
     p = pearl("pearl", None)
     routers.append(p)
-    targets.append(Target("pearl", [p.url]))
+    targets.append(Target("pearl", [p.url], pid=p.pid))
     sgl = None
     if not args.no_sglang_router:
         try:
@@ -341,11 +364,11 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
                      "--prometheus-host", "127.0.0.1", "--log-level", "warn", "--worker-urls", *urls],
                     port, extra_env=dict(stack.env), health="/readiness")
         routers.append(sgl)
-        targets.append(Target("sglang-router", [sgl.url]))
+        targets.append(Target("sglang-router", [sgl.url], pid=sgl.pid))
     if args.interval1:
         p1 = pearl("pearl-interval1", 1)
         routers.append(p1)
-        targets.append(Target("pearl-interval1", [p1.url], modes=("stream",)))
+        targets.append(Target("pearl-interval1", [p1.url], modes=("stream",), pid=p1.pid))
     wait_all_healthy(routers, timeout=120)
     if sgl is not None:
         _wait_sgl_workers(sgl.url, len(urls))
@@ -420,9 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"starting {args.workers} workers and the routers (logs: {log_dir})", flush=True)
         targets = start_stack(args, log_dir, servers)
         print(f"measuring: targets {[t.name for t in targets]}, repeats {args.repeats}", flush=True)
-        rows = asyncio.run(measure(targets, args))
+        rows, memory = asyncio.run(measure(targets, args))
         summary = summarize_runs(rows, targets)
         md = markdown(summary, targets, args)
+        md += "\nRouter resident memory (MB) after warm-up -> at end: " + ", ".join(
+            f"{name} {m.get('rss_mb_after_warmup') or 0:.0f} -> {m.get('rss_mb_at_end') or 0:.0f}"
+            for name, m in memory.items()) + "\n"
         print()
         print(md)
         out = {
@@ -435,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                             "sglang_router": sglang_router_version()},
             "targets": {t.name: t.urls for t in targets},
             "summary": summary,
+            "router_memory": memory,
             "runs": rows,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,7 @@ class PlanExecutor:
     phases: PhaseLog
     deadlines: Deadlines
     snapshot: Callable[[], WeightSnapshot]
+    launch_version: str = "default"
     weights_cpu_backup: bool = False
 
     async def _drain(self, slot: int) -> bool:
@@ -106,7 +107,7 @@ class PlanExecutor:
             raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
                                    "and attached workers cannot be relaunched")
         await self.launcher.stop(slot)
-        launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.snapshot().version))
+        launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port
 
     async def switch(self, slot: int, operation: str) -> Event:
@@ -132,8 +133,9 @@ class PlanExecutor:
         if self.launcher is None:
             raise ActivationFailed("attached clusters cannot launch workers")
         async with self.phases.phase(operation, "preparation"):
+            # A new process holds the launch checkpoint; it then syncs to the latest snapshot.
             launched = await self.launcher.launch(LaunchSpec(add.slot, launch_role(add.role), add.gpus,
-                                                             snapshot.version))
+                                                             self.launch_version))
             latest = self.snapshot()
             await sync_worker(self.ops, launched.endpoint, latest, reload=False)
         return WorkerReady(add.slot, endpoint=launched.endpoint, bootstrap_port=launched.bootstrap_port,

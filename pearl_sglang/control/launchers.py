@@ -103,6 +103,7 @@ class LocalLauncher:
         self.config = launcher
         self.session = session
         self._procs: dict[int, ServerProcess] = {}
+        self.launches = 0
 
     def slots(self) -> tuple[int, ...]:
         return tuple(sorted(self._procs))
@@ -123,6 +124,7 @@ class LocalLauncher:
         proc = ServerProcess(ServerSpec(name=f"slot{spec.slot}", argv=argv, port=port, log_path=log,
                                         env=env, host=host)).start()
         self._procs[spec.slot] = proc
+        self.launches += 1
         try:
             await wait_healthy(self.session, proc.url, alive=proc.alive, timeout_s=self.engine.start_timeout_s,
                                describe=proc.log_tail)

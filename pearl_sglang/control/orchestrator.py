@@ -313,6 +313,18 @@ class Orchestrator:
         return {"version": snapshot.version, "latest": snapshot.version,
                 "workers": {str(w.slot): r for w, r in zip(workers, results)}}
 
+    async def set_pd_mode(self, mode: str) -> dict[str, Any]:
+        """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the
+        cluster is re-planned at once and the answer comes when the change is admitted."""
+        async with self._lock:
+            self.config = replace(self.config, pd_mode=mode)
+            self.config.validate()
+            await self._cancel_growth()
+            p = await self._begin("pd_mode", borrow=self.borrowing)
+            task = self._start_growth(p, "pd_mode")
+        await asyncio.shield(task)
+        return {"pd_mode": mode, "topology": self.store.table.active_topology().label()}
+
     async def shutdown(self) -> None:
         await self._cancel_growth()
 

@@ -99,6 +99,7 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
         executor = PlanExecutor(store=st.store, router=st, launcher=launcher, ops=WorkerOps(st.session),
                                 phases=phases, deadlines=cluster.deadlines,
                                 snapshot=lambda: st.control.snapshot,
+                                launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
         st.control = Orchestrator(config=cluster, executor=executor, on_decision=lambda d: st.metrics.decisions
                                   .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())

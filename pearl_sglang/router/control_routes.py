@@ -122,9 +122,19 @@ async def gpus(request: web.Request) -> web.Response:
     raise BadRequest("'action' must be 'join' or 'leave'")
 
 
+async def pd_mode(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    mode = body.get("pd_mode")
+    if mode not in ("auto", "colocated", "disaggregated"):
+        raise BadRequest("'pd_mode' must be 'auto', 'colocated' or 'disaggregated'")
+    return await _run(orch.set_pd_mode(mode))
+
+
 def add_control_routes(app: web.Application) -> None:
     r = app.router
     r.add_post("/train_begin", train_begin)
     r.add_post("/train_finished", train_finished)
     r.add_post("/update_weights", update_weights)
     r.add_post("/pearl/gpus", gpus)
+    r.add_post("/pearl/pd_mode", pd_mode)

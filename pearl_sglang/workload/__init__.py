@@ -1,5 +1,6 @@
 """Emulated agentic RL workload: the SWE-like sampler, the environment, and the
 asynchronous RL driver that PEARL's demo and benchmarks run against a router."""
+from pearl_sglang.workload.admin_hooks import admin_hooks
 from pearl_sglang.workload.driver import AgenticRLDriver, DriverConfig
 from pearl_sglang.workload.environment import EmulatedEnvironment, Observation
 from pearl_sglang.workload.errors import (
@@ -15,5 +16,5 @@ __all__ = [
     "GenerateError", "GenerateFailed", "GenerateRejected", "GenerateRetryable", "LoopClock",
     "Observation", "StepResult", "SweSampler", "SweWorkload", "Trainer", "TrainerProfile",
     "TrainHooks", "TrainingFailed", "Trajectory", "TurnPlan", "TurnTelemetry", "WorkloadError",
-    "to_turn_records",
+    "admin_hooks", "to_turn_records",
 ]

@@ -16,13 +16,12 @@ from typing import Any, Sequence
 
 import aiohttp
 
+from pearl_rl_adapter.telemetry import tag_headers
 from pearl_sglang.workload.errors import GenerateError, GenerateFailed, GenerateRejected, GenerateRetryable
 from pearl_sglang.workload.timebase import EmulatedTime
 
 log = logging.getLogger(__name__)
 
-TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
-TURN_HEADER = "X-Pearl-Turn"
 _RETRYABLE_4XX = frozenset({408, 429})
 
 
@@ -84,7 +83,7 @@ class GenerateClient:
         """Generate exactly ``max_new_tokens`` (``ignore_eos``) after ``input_ids``."""
         body = {"input_ids": list(input_ids),
                 "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True}}
-        headers = {**self.headers, TRAJECTORY_HEADER: trajectory_id, TURN_HEADER: str(turn)}
+        headers = {**self.headers, **tag_headers(trajectory_id, turn)}
         errors: list[str] = []
         delays = iter(self.retry_delays_s)
         while True:

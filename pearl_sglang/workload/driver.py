@@ -1,10 +1,10 @@
 """Asynchronous agentic RL against a router: PEARL's demo job and benchmark workload.
 
 The pipeline is the paper's (sections 2.1, 4.1.2, 6.1) with a policy staleness of one
-step: the trainer waits for a complete batch of B trajectories; as soon as batch k is
-complete, training k starts and the rollout of step k+1 starts beside it, on weights
-that are one update behind.  Rollout k+2 waits for both batch k+1 and the weights of
-step k, so no trajectory is ever more than one step stale.  Around every training step
+step: the trainer waits for a complete batch of B trajectories; training k starts once
+batch k is complete and step k-1's weights are pushed, and the rollout of step k+1
+starts beside it, on weights one update behind.  Rollout k+2 therefore waits for both
+batch k+1 and the weights of step k, so no trajectory is ever more than one step stale.  Around every training step
 the hooks fire in a fixed order: ``train_begin``, ``train_finished`` (also when the
 trainer raises or the run is cancelled), then ``push_weights`` after a good update.
 
@@ -94,31 +94,41 @@ class AgenticRLDriver:
         step's rollout (if started) is cancelled."""
         self._stopping = True
 
-    async def run(self) -> list[StepResult]:
-        connector = aiohttp.TCPConnector(limit=self.config.max_connections)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            client = GenerateClient(session, self.router_url, time=self.time,
-                                    retry_delays_s=self.config.retry_delays_s,
-                                    request_timeout_s=self.config.request_timeout_s,
-                                    headers=dict(self.config.headers))
-            ctx = TrajectoryContext(self.sampler, self.environment, client)
-            return await self._pipeline(ctx)
+    async def run(self, *, session: aiohttp.ClientSession | None = None) -> list[StepResult]:
+        """Run steps until ``config.steps``, ``stop()``, a training failure or cancellation.
+
+        Pass ``session`` to share the application's one ``ClientSession`` (e.g. with
+        admin hooks); otherwise the run opens and closes its own.
+        """
+        if session is None:
+            connector = aiohttp.TCPConnector(limit=self.config.max_connections)
+            async with aiohttp.ClientSession(connector=connector) as own:
+                return await self.run(session=own)
+        client = GenerateClient(session, self.router_url, time=self.time,
+                                retry_delays_s=self.config.retry_delays_s,
+                                request_timeout_s=self.config.request_timeout_s,
+                                headers=dict(self.config.headers))
+        return await self._pipeline(TrajectoryContext(self.sampler, self.environment, client))
 
     async def _pipeline(self, ctx: TrajectoryContext) -> list[StepResult]:
         results: list[StepResult] = []
         period_start = self.time.now()
-        rollout: Optional[asyncio.Task[_Batch]] = asyncio.create_task(self._rollout(ctx, 0))
+        current = asyncio.create_task(self._rollout(ctx, 0))
+        running: Optional[asyncio.Task[_Batch]] = current
         step = 0
         try:
             while True:
-                batch = await rollout  # never None here: set below unless returning
-                rollout = None
+                batch = await current
+                running = None
                 last = self._stopping or (self.config.steps is not None and step + 1 >= self.config.steps)
                 if not last:
-                    rollout = asyncio.create_task(self._rollout(ctx, step + 1))
+                    current = running = asyncio.create_task(self._rollout(ctx, step + 1))
                 result = await self._train(step, batch, period_start)
                 results.append(result)
                 period_start = result.end
+                log.info("step %d: %.1f s, %.0f tok/s, %d turns, %d errors, %d failed trajectories",
+                         step, result.duration_s, result.throughput, result.turns, result.errors,
+                         result.failed_trajectories)
                 if self.on_step is not None:
                     maybe = self.on_step(result)
                     if inspect.isawaitable(maybe):
@@ -127,9 +137,9 @@ class AgenticRLDriver:
                     return results
                 step += 1
         finally:
-            if rollout is not None:
-                rollout.cancel()
-                await asyncio.gather(rollout, return_exceptions=True)
+            if running is not None:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
 
     async def _rollout(self, ctx: TrajectoryContext, step: int) -> _Batch:
         b = self.workload.batch_size

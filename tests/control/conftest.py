@@ -59,7 +59,7 @@ class Cluster:
 
     async def generate(self, ids, n=16):
         r = await self.client.post(self.url + "/generate", json={
-            "input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True}})
+            "input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True, "temperature": 0}})
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -79,7 +79,8 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulatorLauncher, **launcher_kw):
+async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulatorLauncher, launcher_factory=None,
+                          settle_s: float = 30.0):
     store = StateStore(StateTable.create(tp_size=config.engine.tp_size, dedicated_gpus=config.zones.dedicated,
                                          overlap_gpus=config.zones.overlap))
     violations = []
@@ -87,7 +88,7 @@ async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulat
     launchers = []
 
     def factory(cluster, session):
-        launchers.append(launcher_cls(cluster.engine, **launcher_kw))
+        launchers.append(launcher_factory(cluster, session) if launcher_factory else launcher_cls(cluster.engine))
         return launchers[-1]
 
     router_config = RouterConfig(security=Security(admin_token=TOKEN), health_interval_s=3600)
@@ -99,7 +100,7 @@ async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulat
     port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
     cluster = Cluster(f"http://127.0.0.1:{port}", app, store, launchers[0])
     try:
-        await cluster.settle()
+        await cluster.settle(settle_s)
         yield cluster
     finally:
         await cluster.client.aclose()

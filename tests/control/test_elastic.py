@@ -162,3 +162,17 @@ async def test_burst_of_200_random_events_keeps_invariants_and_requests(tiny_mod
     assert not errors, errors[:3]
     assert len(outs) > 100 and min(counts.values()) >= 10, counts
     assert all(o["meta_info"]["completion_tokens"] == 24 for o in outs)
+
+
+async def test_operator_switches_colocated_to_pd_and_back(tiny_model_dir):
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=3, overlap=0)) as c:
+        ids = [8, 6, 7, 5, 3, 0, 9]
+        expected = await reference(tiny_model_dir, ids, 30)
+        out = await c.admin("/pearl/pd_mode", {"pd_mode": "disaggregated"})
+        topo = c.table.active_topology()
+        assert topo.colocated == 0 and topo.prefill >= 1 and topo.decode >= 1, out
+        assert (await c.generate(ids, 30))["output_ids"] == expected
+        await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"})
+        assert c.table.active_topology().colocated == 3
+        assert (await c.generate(ids, 30))["output_ids"] == expected
+        await c.admin("/pearl/pd_mode", {"pd_mode": "sideways"}, expect=400)

@@ -1,0 +1,80 @@
+"""The control plane driving real SGLang 0.5.23 servers on CPU (process launcher): a worker
+added at runtime serves only at the latest weight version, an in-place prefill <-> decode
+switch with requests served across it, and a colocated <-> PD relaunch."""
+from __future__ import annotations
+
+import asyncio
+import pytest
+
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.launchers import LocalLauncher
+from pearl_sglang.control.processes import SglangCpuStack
+from pearl_sglang.core.state import Role
+from tests.control.conftest import PROFILE, running_cluster
+from tests.support.workers import STACK_DIR
+
+pytestmark = [pytest.mark.realsglang, pytest.mark.timeout(600)]
+
+CPU_ARGS = ["--device", "cpu", "--dtype", "float32", "--max-total-tokens", "16384", "--sleep-on-idle",
+            "--disable-overlap-schedule", "--disaggregation-decode-retraction-backup", "cpu_tensor"]
+
+
+def real_config(model_dir, log_dir, *, dedicated, pd_mode) -> ClusterConfig:
+    stack = SglangCpuStack.load(STACK_DIR)
+    return ClusterConfig.from_mapping({
+        "engine": {"kind": "sglang", "model_path": str(model_dir), "tp_size": 1, "memory_saver": False,
+                   "python": stack.python, "env": dict(stack.env), "extra_args": CPU_ARGS,
+                   "start_timeout_s": 300},
+        "launcher": {"kind": "local", "log_dir": str(log_dir)},
+        "zones": {"dedicated": [f"d0:{i}" for i in range(dedicated)], "overlap": []},
+        "profile": PROFILE, "pd_mode": pd_mode, "gate": {"borrow": False},
+        "deadlines": {"leave_s": 120, "drain_s": 10},
+    })
+
+
+def local(cluster, session):
+    return LocalLauncher(cluster.engine, cluster.launcher, session)
+
+
+async def test_joined_worker_serves_only_at_latest_weights(tiny_model_dir, tiny_model_variant_dir, tmp_path):
+    config = real_config(tiny_model_dir, tmp_path, dedicated=1, pd_mode="colocated")
+    async with running_cluster(config, launcher_factory=local, settle_s=300) as c:
+        pushed = await c.admin("/update_weights", {"version": "v2", "model_path": str(tiny_model_variant_dir),
+                                                   "load_format": "auto"})
+        assert pushed["workers"] == {"0": "ok"}
+        ids = [21, 22, 23, 24]
+        on_v2 = await c.generate(ids, 12)
+        assert on_v2["meta_info"]["weight_version"] == "v2"
+        out = await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]})
+        assert out["admitted"] == [1]
+        joined = c.table.worker(1)
+        assert joined.weight_version == "v2"
+        info = (await c.client.get(joined.endpoint + "/model_info")).json()
+        assert info["weight_version"] == "v2"
+        direct = (await c.client.post(joined.endpoint + "/generate", json={
+            "input_ids": ids, "sampling_params": {"max_new_tokens": 12, "ignore_eos": True,
+                                                  "temperature": 0}})).json()
+        assert direct["output_ids"] == on_v2["output_ids"]  # the new worker really holds v2 weights
+
+
+async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir, tmp_path):
+    config = real_config(tiny_model_dir, tmp_path, dedicated=3, pd_mode="disaggregated")
+    async with running_cluster(config, launcher_factory=local, settle_s=300) as c:
+        topo = c.table.active_topology()
+        assert (topo.prefill, topo.decode) == (1, 2), topo
+        ids = [5, 10, 15, 20, 25]
+        expected = (await c.generate(ids, 20))["output_ids"]
+        launches = c.launcher.launches
+        flood = [asyncio.ensure_future(c.generate(ids, 300)) for _ in range(3)]
+        await asyncio.sleep(0.5)
+        prefill = c.table.active(Role.PREFILL)[0]
+        await c.admin("/pearl/gpus", {"action": "leave", "gpus": list(prefill.gpus), "deadline_s": 120})
+        await c.settle(120)
+        assert (c.table.active_topology().prefill, c.table.active_topology().decode) == (1, 1)
+        assert c.launcher.launches == launches  # decode -> prefill in place, no relaunch
+        assert all(o["meta_info"]["completion_tokens"] == 300 for o in await asyncio.gather(*flood))
+        assert (await c.generate(ids, 20))["output_ids"] == expected
+        await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"})  # PD -> colocated: relaunch
+        assert c.table.active_topology().colocated == 2
+        assert c.launcher.launches == launches + 2
+        assert (await c.generate(ids, 20))["output_ids"] == expected
