@@ -113,9 +113,9 @@ class Dispatcher:
                     return
                 target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid)
                 main = target.decode if target.is_pd else target.worker
-                concurrency = self.inflight.load().get(main.slot, 0) + 1
-                entry.slots = target.slots
-                entry.urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
+                concurrency = self.inflight.load().get(main.slot, 0)
+                self.inflight.assign(entry, target.slots, tuple(
+                    w.endpoint for w in (target.worker, target.prefill, target.decode) if w))
                 entry.cause = None if entry.cause is EndCause.MIGRATE else entry.cause
                 body = self._body(item, stitcher, remaining, client_stream_interval)
                 final: dict[str, Any] | None = None

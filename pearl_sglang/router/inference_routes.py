@@ -66,7 +66,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if busy:
         raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
     trajectory, turn = _trajectory_headers(request, batch=call.is_batch)
-    interval = call.items[0].sampling.get("stream_interval") if call.stream else None
+    # A streaming client sees SGLang's default of a chunk per token unless it asks otherwise.
+    interval = call.items[0].sampling.get("stream_interval", 1) if call.stream else None
     runs = [st.dispatcher.run(item, trajectory=trajectory, turn=turn, client_stream_interval=interval)
             for item in call.items]
     try:

@@ -27,14 +27,31 @@ class InFlight:
 @dataclass
 class InFlightRegistry:
     _by_rid: dict[str, InFlight] = field(default_factory=dict)
+    _per_slot: dict[int, int] = field(default_factory=dict)
 
     def open(self, rid: str) -> InFlight:
         entry = InFlight(rid=rid)
         self._by_rid[rid] = entry
         return entry
 
+    def assign(self, entry: InFlight, slots: tuple[int, ...], urls: tuple[str, ...]) -> None:
+        """Move ``entry`` to the workers of its current attempt (counts kept per slot)."""
+        self._count(entry.slots, -1)
+        entry.slots, entry.urls = slots, urls
+        self._count(slots, +1)
+
     def close(self, rid: str) -> None:
-        self._by_rid.pop(rid, None)
+        entry = self._by_rid.pop(rid, None)
+        if entry is not None:
+            self._count(entry.slots, -1)
+
+    def _count(self, slots: tuple[int, ...], delta: int) -> None:
+        for slot in slots:
+            n = self._per_slot.get(slot, 0) + delta
+            if n:
+                self._per_slot[slot] = n
+            else:
+                self._per_slot.pop(slot, None)
 
     def is_open(self, rid: str) -> bool:
         return rid in self._by_rid
@@ -44,11 +61,7 @@ class InFlightRegistry:
 
     def load(self) -> dict[int, int]:
         """Requests in flight per worker slot (a prefill and its decode both count)."""
-        counts: dict[int, int] = {}
-        for entry in self._by_rid.values():
-            for slot in entry.slots:
-                counts[slot] = counts.get(slot, 0) + 1
-        return counts
+        return self._per_slot
 
     def matching(self, rid: str | None) -> list[InFlight]:
         """``rid`` matches itself and any rid it is a prefix of; ``None`` matches all."""
@@ -57,4 +70,6 @@ class InFlightRegistry:
         return [e for e in self._by_rid.values() if e.rid == rid or e.rid.startswith(rid)]
 
     def on_slot(self, slot: int) -> list[InFlight]:
+        if not self._per_slot.get(slot):
+            return []
         return [e for e in self._by_rid.values() if slot in e.slots]

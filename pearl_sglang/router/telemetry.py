@@ -13,7 +13,7 @@ to the first chunk gives ``t_prefill``. ``drain()`` closes a rollout step.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from pearl_sglang.core.telemetry import DecodeSample, PrefillSample, StepTelemetry, TurnRecord
@@ -47,10 +47,11 @@ class TurnObservation:
 
 
 class TelemetryCollector:
-    def __init__(self, max_trajectories: int = 1 << 16) -> None:
-        self._turns: list[TurnRecord] = []
-        self._decode: list[DecodeSample] = []
-        self._prefill: list[PrefillSample] = []
+    def __init__(self, max_trajectories: int = 1 << 16, max_pending: int = 1 << 17) -> None:
+        # Bounded: a router without a control plane never drains, and must not grow.
+        self._turns: deque[TurnRecord] = deque(maxlen=max_pending)
+        self._decode: deque[DecodeSample] = deque(maxlen=max_pending)
+        self._prefill: deque[PrefillSample] = deque(maxlen=max_pending)
         self._last: OrderedDict[str, _Last] = OrderedDict()
         self._by_block: OrderedDict[int, str] = OrderedDict()
         self._anonymous = 0
@@ -105,7 +106,9 @@ class TelemetryCollector:
     def drain(self) -> StepTelemetry:
         step = StepTelemetry(turns=tuple(self._turns), decode=tuple(self._decode),
                              prefill=tuple(self._prefill))
-        self._turns, self._decode, self._prefill = [], [], []
+        self._turns.clear()
+        self._decode.clear()
+        self._prefill.clear()
         return step
 
 
