@@ -20,7 +20,7 @@ TEST = [
     "tokenizers>=0.19",
 ]
 RAY = ["ray[default]>=2.40"]
-BENCH = ["matplotlib>=3.8"]
+BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
 
 setup(
     name="pearl-sglang",
@@ -40,6 +40,7 @@ setup(
         "test": TEST + BENCH,
         "ray": RAY,
         "bench": BENCH,
+        "demo": BENCH,
         "engine": ENGINE,
         "all": TEST + RAY + BENCH,
     },

@@ -142,6 +142,9 @@ class ClusterConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     deadlines: Deadlines = field(default_factory=Deadlines)
     pd_mode: str = "auto"  # "auto" (the decision engine), "colocated", or "disaggregated"
+    # Emulated seconds per real second (the emulator's --time-scale; 1 for real GPUs): the
+    # control plane measures on its own clock and converts before fitting the profile.
+    time_scale: float = 1.0
 
     def validate(self) -> None:
         self.engine.validate()
@@ -149,6 +152,8 @@ class ClusterConfig:
         self.zones.validate(self.engine.tp_size)
         if self.profile is None:
             raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
+        if not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):
+            raise ConfigError("time_scale must be a positive number")
         if self.pd_mode not in ("auto", "colocated", "disaggregated"):
             raise ConfigError(f"pd_mode must be auto, colocated or disaggregated, got {self.pd_mode!r}")
 
@@ -178,6 +183,7 @@ class ClusterConfig:
             gate=_build(GateConfig, data.get("gate"), "gate"),
             deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
             pd_mode=data.get("pd_mode", "auto"),
+            time_scale=data.get("time_scale", 1.0),
         )
         config.validate()
         return config

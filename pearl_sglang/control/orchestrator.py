@@ -31,10 +31,22 @@ from pearl_sglang.core.gate import ToggleCostEstimator, gate_for_profile
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.state import Activity, OverlapOwner
-from pearl_sglang.core.telemetry import ProfileTracker
+from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
 from pearl_sglang.core.topology import Topology
 
 log = logging.getLogger("pearl.control")
+
+
+def scaled(step: StepTelemetry, time_scale: float) -> StepTelemetry:
+    """Telemetry measured on the control plane's clock, in the workload's seconds."""
+    if time_scale == 1.0:
+        return step
+    k = time_scale
+    return StepTelemetry(
+        turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k)
+                    for t in step.turns),
+        decode=tuple(replace(d, iteration_s=d.iteration_s * k) for d in step.decode),
+        prefill=tuple(replace(p, seconds=p.seconds * k) for p in step.prefill))
 
 
 class OutOfOrder(RuntimeError):
@@ -206,14 +218,15 @@ class Orchestrator:
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
-        step = self.executor.router.telemetry.drain()
+        step = scaled(self.executor.router.telemetry.drain(), self.config.time_scale)
         if step.turns:
             try:
                 self.tracker = self.tracker.observe(step)
             except CoreError as e:
                 log.warning("telemetry did not fit: %s", e)
         if self._last_step_at is not None and self._last_prediction_s is not None:
-            self.toggle = self.toggle.observe(borrowed=self.borrowing, observed_s=now - self._last_step_at,
+            observed = (now - self._last_step_at) * self.config.time_scale
+            self.toggle = self.toggle.observe(borrowed=self.borrowing, observed_s=observed,
                                               predicted_s=self._last_prediction_s)
         self._last_step_at = now
 

@@ -1,0 +1,54 @@
+"""What the demo runs: the paper's cluster shape by default, scaled in time."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+SYSTEMS = ("pearl", "rlboost", "roll")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """``system``: pearl (PD-adaptive, borrows training GPUs, follows the trace), rlboost
+    (colocated, follows the trace, never borrows) or roll (colocated, dedicated GPUs only)."""
+
+    system: str = "pearl"
+    minutes: float = 60.0          # emulated minutes of the preemptible trace to replay
+    trace_start_h: float = 1.0     # where in the Bamboo p3 trace the segment starts
+    time_scale: float = 60.0       # emulated seconds per real second
+    batch_size: int = 32
+    group_size: int = 8
+    dedicated_workers: int = 2     # TP2 workers on reserved rollout GPUs
+    max_preemptible_workers: int = 6
+    overlap_workers: int = 8       # TP2 workers that may borrow the 16 training GPUs
+    train_step_s: float = 120.0    # emulated seconds of one training step
+    profile: str = "qwen3-8b-h800-tp2"
+    seed: int = 0
+    out: str = "runs/demo"
+    port: int = 0
+
+    def validate(self) -> None:
+        if self.system not in SYSTEMS:
+            raise ValueError(f"--system must be one of {SYSTEMS}")
+        for name in ("minutes", "time_scale", "train_step_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+        if self.batch_size < 1 or self.group_size < 1 or self.batch_size % self.group_size:
+            raise ValueError("--batch-size must be a positive multiple of --group-size")
+        if self.dedicated_workers < 1:
+            raise ValueError("--dedicated-workers must be >= 1")
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        for f in fields(DemoConfig):
+            flag = "--" + f.name.replace("_", "-")
+            if f.name == "system":
+                parser.add_argument(flag, default=f.default, choices=SYSTEMS, help=DemoConfig.__doc__)
+            else:
+                parser.add_argument(flag, type=type(f.default), default=f.default)
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "DemoConfig":
+        config = cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        config.validate()
+        return config
