@@ -145,6 +145,9 @@ class ClusterConfig:
     # Emulated seconds per real second (the emulator's --time-scale; 1 for real GPUs): the
     # control plane measures on its own clock and converts before fitting the profile.
     time_scale: float = 1.0
+    # Where the crash-safe control record lives (None: no persistence; workers then die
+    # with the router). See ``control/persistence.py``.
+    state_dir: str | None = None
 
     def validate(self) -> None:
         self.engine.validate()
@@ -184,6 +187,7 @@ class ClusterConfig:
             deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
             pd_mode=data.get("pd_mode", "auto"),
             time_scale=data.get("time_scale", 1.0),
+            state_dir=data.get("state_dir"),
         )
         config.validate()
         return config

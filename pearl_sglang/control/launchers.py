@@ -12,12 +12,12 @@ import asyncio
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import aiohttp
 
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
-from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port
+from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port, group_alive, kill_group
 from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
 
 
@@ -98,19 +98,41 @@ async def wait_healthy(session: aiohttp.ClientSession, url: str, *, alive, timeo
 
 
 class LocalLauncher:
-    def __init__(self, engine: EngineConfig, launcher: LauncherConfig, session: aiohttp.ClientSession) -> None:
+    """Worker processes on this host. With ``outlive=True`` (a crash-safe control plane)
+    they survive the router, which re-adopts them by PID after a restart."""
+
+    def __init__(self, engine: EngineConfig, launcher: LauncherConfig, session: aiohttp.ClientSession,
+                 *, outlive: bool = False) -> None:
         self.engine = engine
         self.config = launcher
         self.session = session
+        self.outlive = outlive
         self._procs: dict[int, ServerProcess] = {}
+        self._adopted: dict[int, int] = {}
         self.launches = 0
+        self._on_change: Callable[[], None] = lambda: None
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Called as soon as a process starts or stops, so its PID reaches the crash-safe
+        record before the worker is even healthy (a crash then cannot orphan it)."""
+        self._on_change = on_change
 
     def slots(self) -> tuple[int, ...]:
-        return tuple(sorted(self._procs))
+        return tuple(sorted({*self._procs, *self._adopted}))
 
     def alive(self, slot: int) -> bool:
         proc = self._procs.get(slot)
-        return proc is not None and proc.alive()
+        if proc is not None:
+            return proc.alive()
+        return slot in self._adopted and group_alive(self._adopted[slot])
+
+    def pid(self, slot: int) -> int | None:
+        proc = self._procs.get(slot)
+        return proc.pid if proc is not None else self._adopted.get(slot)
+
+    def adopt(self, slot: int, pid: int) -> None:
+        """Take over a worker a previous control plane started (found alive on restart)."""
+        self._adopted[slot] = pid
 
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
         if self.alive(spec.slot):
@@ -122,9 +144,10 @@ class LocalLauncher:
         env = {**self.engine.env, "CUDA_VISIBLE_DEVICES": visible_devices(spec.gpus)}
         log = Path(self.config.log_dir) / f"worker-{spec.slot}-{spec.role.value}-{port}.log"
         proc = ServerProcess(ServerSpec(name=f"slot{spec.slot}", argv=argv, port=port, log_path=log,
-                                        env=env, host=host)).start()
+                                        env=env, host=host, die_with_parent=not self.outlive)).start()
         self._procs[spec.slot] = proc
         self.launches += 1
+        self._on_change()
         try:
             await wait_healthy(self.session, proc.url, alive=proc.alive, timeout_s=self.engine.start_timeout_s,
                                describe=proc.log_tail)
@@ -137,6 +160,23 @@ class LocalLauncher:
         proc = self._procs.pop(slot, None)
         if proc is not None:
             await asyncio.to_thread(proc.stop)
+        pid = self._adopted.pop(slot, None)
+        if pid is not None:
+            await stop_group(pid)
+        self._on_change()
 
     async def stop_all(self) -> None:
-        await asyncio.gather(*(self.stop(slot) for slot in list(self._procs)))
+        await asyncio.gather(*(self.stop(slot) for slot in self.slots()))
+
+
+async def stop_group(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM a process group, SIGKILL it if it is still there after ``grace_s``."""
+    import signal
+
+    if not kill_group(pid, signal.SIGTERM):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while group_alive(pid) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
+    kill_group(pid, signal.SIGKILL)

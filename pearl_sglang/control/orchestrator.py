@@ -19,7 +19,9 @@ from typing import Any, Awaitable, Callable
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
 from pearl_sglang.control.launchers import LaunchError
+from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
+from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision, decide
@@ -30,7 +32,7 @@ from pearl_sglang.core.events import (
 from pearl_sglang.core.gate import ToggleCostEstimator, gate_for_profile
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
-from pearl_sglang.core.state import Activity, OverlapOwner
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
 from pearl_sglang.core.topology import Topology
 
@@ -54,7 +56,7 @@ class OutOfOrder(RuntimeError):
 
 
 class Orchestrator:
-    def __init__(self, *, config: ClusterConfig, executor: PlanExecutor,
+    def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
         self.executor = executor
@@ -74,6 +76,47 @@ class Orchestrator:
         self._answers: OrderedDict[str, asyncio.Future] = OrderedDict()
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
+        self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
+        self.state_file = state_file
+        self._intent: dict[str, Any] | None = None
+        self.recovery: dict[str, Any] | None = None
+        self.store.on_change(lambda old, new: self._persist())
+        watch = getattr(executor.launcher, "watch", None)
+        if watch is not None:
+            watch(self._persist)
+
+    # -- crash safety --------------------------------------------------------------------
+    def _persist(self) -> None:
+        if self.state_file is None:
+            return
+        launcher = self.executor.launcher
+        pid = getattr(launcher, "pid", lambda slot: None)
+        workers = {str(w.slot): {"endpoint": w.endpoint, "pid": pid(w.slot)}
+                   for w in self.store.table.rollout_workers()}
+        for slot in getattr(launcher, "slots", tuple)():  # started, not yet in the table's view
+            workers.setdefault(str(slot), {"endpoint": None, "pid": pid(slot)})
+        self.state_file.save(ControlRecord(
+            table=self.store.table.to_dict(), snapshot=self.snapshot.to_dict(), training=self.training,
+            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent))
+
+    async def _recover(self, record: ControlRecord) -> None:
+        """Restart path: reconcile the recorded table with reality, then finish or roll
+        back what was in flight and continue from the reconciled state."""
+        result = await reconcile(StateTable.from_dict(record.table), record.workers, self.executor.ops)
+        adopt = getattr(self.executor.launcher, "adopt", None)
+        for slot, pid in result.adopted.items():
+            if adopt is not None:
+                adopt(slot, pid)
+        self.snapshot = WeightSnapshot(**record.snapshot)
+        self.training, self.borrowing = record.training, record.borrowing
+        self.last_step = dict(record.last_step)
+        self.recovery = {"intent": record.intent, "notes": result.notes}
+        async with self._lock:
+            async with self.store.lock:
+                self.store.replace_locked(result.table)
+            await self._deactivate_leaving("recovery", self.config.deadlines.train_begin_s)
+            p = await self._begin("recovery", borrow=self.borrowing and not self.training)
+        await self._grow(p, "recovery")
 
     # -- inputs of decisions -------------------------------------------------------------
     def profile(self) -> Profile:
@@ -133,6 +176,15 @@ class Orchestrator:
 
     async def _grow(self, p: Plan, operation: str) -> list[int]:
         """Switches and additions of ``p``; admitted together, or the additions cancelled."""
+        self._intent = {"operation": operation, "plan": p.to_dict()}
+        self._persist()
+        try:
+            return await self._grow_now(p, operation)
+        finally:
+            self._intent = None
+            self._persist()
+
+    async def _grow_now(self, p: Plan, operation: str) -> list[int]:
         table = self.store.table
         switching = [w.slot for w in table.rollout_workers() if w.activity is Activity.SWITCHING]
         adds = [a for a in p.add if table.has(a.slot) and table.worker(a.slot).activity is Activity.JOINING]
@@ -189,6 +241,10 @@ class Orchestrator:
 
     # -- events ------------------------------------------------------------------------------
     async def start(self) -> list[int]:
+        record = self.state_file.load() if self.state_file is not None else None
+        if record is not None:
+            await self._recover(record)
+            return [w.slot for w in self.store.table.active()]
         async with self._lock:
             p = await self._begin("bootstrap", borrow=False)
         return await self._grow(p, "bootstrap")
@@ -200,9 +256,15 @@ class Orchestrator:
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with self._lock:
+            if self.training and self.last_step["begin"] == step and self.store.table.training_owns_overlap:
+                return {"step": step, "returned_gpus": sorted(self.store.table.overlap_gpus), "elapsed_s": 0.0,
+                        "repeated_step": True}
             if self.training:
-                raise OutOfOrder(f"train_begin for step {step} while training is already running")
+                raise OutOfOrder(f"train_begin for step {step} while step {self.last_step['begin']} "
+                                 "is still training (call train_finished first)")
             self.training = True
+            self.last_step["begin"] = step
+            self._persist()
             await self._cancel_growth()
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
@@ -236,12 +298,19 @@ class Orchestrator:
 
     async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
         async with self._lock:
+            if not self.training and self.last_step["finished"] == step:
+                return {"step": step, "borrowing": self.borrowing, "reason": "already finished",
+                        "repeated_step": True}
             if not self.training:
                 raise OutOfOrder(f"train_finished for step {step} without a train_begin")
+            if step != self.last_step["begin"]:
+                raise OutOfOrder(f"train_finished for step {step}, but step {self.last_step['begin']} is training")
             self.training = False
+            self.last_step["finished"] = step
             await self.store.apply([TrainFinished()])
             borrow, reason = self._gate(remaining)
             self.borrowing = borrow
+            self._persist()
             if borrow:
                 p = await self._begin("train_finished", borrow=True)
                 self._start_growth(p, "intra_scale")
@@ -302,6 +371,7 @@ class Orchestrator:
 
     async def _update_weights(self, snapshot: WeightSnapshot) -> dict[str, Any]:
         self.snapshot = snapshot  # joining and re-activated workers sync to this
+        self._persist()
         workers = self.store.table.active()
         ops = self.executor.ops
 
@@ -343,5 +413,6 @@ class Orchestrator:
 
     def state(self) -> dict[str, Any]:
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
+                "last_step": self.last_step, "recovery": self.recovery,
                 "weights": self.snapshot.to_dict(), "training": self.training, "borrowing": self.borrowing,
                 "toggle_cost_s": self.toggle.estimate_s, "profile_steps": self.tracker.steps}

@@ -40,6 +40,23 @@ def _die_with_parent() -> None:
         pass
 
 
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal the process group led by ``pid``; False if it is gone."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     name: str
@@ -49,6 +66,8 @@ class ServerSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     health_path: str = "/health"
+    # False for workers that must outlive a crashed control plane (it re-adopts them).
+    die_with_parent: bool = True
 
     @property
     def url(self) -> str:
@@ -76,7 +95,7 @@ class ServerProcess:
         env = {**os.environ, **self.spec.env}
         self._proc = subprocess.Popen(
             list(self.spec.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, preexec_fn=_die_with_parent)
+            env=env, preexec_fn=_die_with_parent if self.spec.die_with_parent else os.setsid)
         log.close()
         return self
 

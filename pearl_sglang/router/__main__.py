@@ -19,6 +19,7 @@ from the command line, so it does not show in process lists.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pearl_sglang.router", description=__doc__.splitlines()[0])
     RouterConfig.add_cli_args(parser)
     parser.add_argument("--config", help="cluster configuration (YAML or JSON) for launched workers")
+    parser.add_argument("--state-dir", help="crash-safe control record: a restarted router reconciles from it "
+                                            "(overrides the config's state_dir)")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -48,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.regular or a.prefill:
                 raise ValueError("give either --config or attached workers, not both")
             cluster = apply_policy(ClusterConfig.load(args.config), config.policy)
+            if args.state_dir:
+                cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
         elif a.regular or a.prefill:

@@ -18,6 +18,7 @@ from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import PlanExecutor
 from pearl_sglang.control.launchers import Launcher, LocalLauncher
 from pearl_sglang.control.orchestrator import Orchestrator
+from pearl_sglang.control.persistence import StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
@@ -101,7 +102,9 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
                                 snapshot=lambda: st.control.snapshot,
                                 launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
-        st.control = Orchestrator(config=cluster, executor=executor, on_decision=lambda d: st.metrics.decisions
+        state_file = StateFile(cluster.state_dir) if cluster.state_dir else None
+        st.control = Orchestrator(config=cluster, executor=executor, state_file=state_file,
+                                  on_decision=lambda d: st.metrics.decisions
                                   .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
         boot = asyncio.ensure_future(st.control.start())
         yield
@@ -111,12 +114,20 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
         stop_all = getattr(launcher, "stop_all", None)
         if stop_all is not None:
             await stop_all()
+            if state_file is not None:
+                state_file.path.unlink(missing_ok=True)  # an orderly stop leaves nothing to recover
 
     return ctx
 
 
-def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> LocalLauncher:
-    return LocalLauncher(cluster.engine, cluster.launcher, session)
+def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> Launcher:
+    """Processes on this host, or Ray actors; with a state dir, workers outlive a crashed
+    router so that the restarted one can adopt them."""
+    if cluster.launcher.kind == "ray":
+        from pearl_sglang.control.ray_launcher import RayLauncher
+
+        return RayLauncher(cluster.engine, cluster.launcher, session)
+    return LocalLauncher(cluster.engine, cluster.launcher, session, outlive=cluster.state_dir is not None)
 
 
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
