@@ -1,0 +1,54 @@
+"""The RL adapter against PEARL's real router and control plane over emulated workers."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pearl_rl_adapter import AsyncPearlClient, PearlConflict, PearlRejected
+from pearl_sglang.core.state import Activity, Zone
+from tests.control.conftest import TOKEN, cluster_config, running_cluster
+from tests.control.test_elastic import SlowLauncher
+
+
+async def test_train_begin_blocks_until_borrowed_gpus_are_returned(tiny_model_dir):
+    async with running_cluster(cluster_config(tiny_model_dir, time_scale=2)) as c:
+        async with AsyncPearlClient(c.url, admin_token=TOKEN) as pearl:
+            await pearl.train_begin(0)
+            await pearl.train_finished(0)
+            await c.settle()
+            overlap = [w for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]
+            assert [w.activity for w in overlap] == [Activity.ACTIVE] * 2
+            # Long requests keep the borrowed workers busy when training wants its GPUs.
+            busy = [asyncio.ensure_future(c.generate([i, 2, 3], n=400)) for i in range(8)]
+            await asyncio.sleep(0.3)
+            async with pearl.training_step(1) as begun:
+                # Inside the step: every borrowed GPU is back, no overlap worker holds memory.
+                assert sorted(begun.returned_gpus) == ["t0:0", "t0:1"]
+                assert c.table.training_owns_overlap
+                for w in overlap:
+                    assert c.table.worker(w.slot).activity is Activity.INACTIVE
+                    assert c.launcher.worker(w.slot).engine.released_tags
+            outs = await asyncio.gather(*busy)
+            assert all(o["meta_info"]["completion_tokens"] == 400 for o in outs)  # migrated, not lost
+            with pytest.raises(PearlConflict) as err:
+                await pearl.train_finished(7)
+            assert "without a train_begin" in err.value.message or "train_finished" in err.value.message
+            with pytest.raises(PearlRejected) as bad:
+                await pearl.update_weights_from_disk(version="", model_path="/x")
+            assert "version" in bad.value.message
+
+
+async def test_weight_push_during_a_toggle_reaches_the_borrowed_workers(tiny_model_dir, tiny_model_variant_dir):
+    async with running_cluster(cluster_config(tiny_model_dir), launcher_cls=SlowLauncher) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})  # activation (slow launches) in flight
+        await asyncio.sleep(0.2)
+        joining = [w.slot for w in c.table.rollout_workers() if w.activity is Activity.JOINING]
+        assert len(joining) == 2
+        await c.admin("/update_weights", {"version": "v9", "model_path": str(tiny_model_variant_dir)})
+        await c.settle()
+        assert {w.slot for w in c.table.active()} >= set(joining)
+        assert {w.weight_version for w in c.table.active()} == {"v9"}
+        for _ in range(6):
+            assert (await c.generate([5, 5, 5]))["meta_info"]["weight_version"] == "v9"
