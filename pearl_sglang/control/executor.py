@@ -141,6 +141,38 @@ class PlanExecutor:
         return WorkerReady(add.slot, endpoint=launched.endpoint, bootstrap_port=launched.bootstrap_port,
                            weight_version=latest.version)
 
+    async def verify_pd(self, events: list[Event]) -> None:
+        """Probe every new or re-activated PD worker with a partner before admission (the
+        KV-transfer metadata refresh after resume, or a fresh pair, is proven by a real
+        transfer). A failure cancels the group; the next plan relaunches its workers."""
+        table = self.store.table
+        fresh: dict[Role, list[tuple[int, str, int | None]]] = {Role.PREFILL: [], Role.DECODE: []}
+        for e in events:
+            w = table.worker(e.slot)
+            role = w.pending_role if isinstance(e, RoleSwitched) and w.pending_role else w.role
+            endpoint = e.endpoint or w.endpoint
+            port = e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port
+            if role in fresh and endpoint:
+                fresh[role].append((e.slot, endpoint, port))
+        partners = {r: [(w.slot, w.endpoint, w.bootstrap_port) for w in table.active(r)] + fresh[r]
+                    for r in fresh}
+        probes = []
+        for role, workers in fresh.items():
+            other = Role.DECODE if role is Role.PREFILL else Role.PREFILL
+            for worker in workers:
+                if not partners[other]:
+                    continue
+                partner = partners[other][0]
+                prefill, decode = (worker, partner) if role is Role.PREFILL else (partner, worker)
+                if prefill[2] is None:
+                    raise ActivationFailed(f"prefill in slot {prefill[0]} has no bootstrap port")
+                probes.append(self.ops.pd_probe(prefill_url=prefill[1], bootstrap_port=prefill[2],
+                                                decode_url=decode[1]))
+        try:
+            await asyncio.wait_for(asyncio.gather(*probes), self.deadlines.drain_s + 30)
+        except (WorkerOpError, asyncio.TimeoutError) as e:
+            raise ActivationFailed(f"PD probe failed before admission: {e!r}") from e
+
     async def admit(self, events: list[Event], operation: str) -> None:
         if not events:
             return
@@ -149,10 +181,14 @@ class PlanExecutor:
                 await self.store.apply(events)
 
     async def cancel_group(self, slots: list[int]) -> None:
-        """All-or-nothing: stop every worker of a failed group and drop it from the table."""
-        for slot in slots:
-            await self._kill(slot)
+        """All-or-nothing: stop every worker of a failed group that was being changed
+        (joining, or switching to a new role) and drop it from the table; held workers,
+        which were not touched, stay held."""
         table = self.store.table
-        gone = [WorkerFailed(s) for s in slots if table.has(s) and table.worker(s).activity is Activity.JOINING]
-        if gone:
-            await self.store.apply(gone)
+        doomed = [s for s in slots if table.has(s) and (
+            table.worker(s).activity is Activity.JOINING
+            or (table.worker(s).activity is Activity.SWITCHING and not table.worker(s).held))]
+        for slot in doomed:
+            await self._kill(slot)
+        if doomed:
+            await self.store.apply([WorkerFailed(s) for s in doomed])

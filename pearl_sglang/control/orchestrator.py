@@ -199,6 +199,12 @@ class Orchestrator:
             log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
             await self.executor.cancel_group([a.slot for a in adds] + switching)
             return []
+        try:
+            await self.executor.verify_pd(list(results))
+        except ActivationFailed as e:
+            log.warning("%s: %s; cancelling the group", operation, e)
+            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            return []
         await self.executor.admit(list(results), operation)
         return [a.slot for a in adds]
 

@@ -4,11 +4,12 @@ The control plane's GPU ids are ``node:index``; the table, not Ray, decides whic
 worker gets. Ray only has to put the worker on the right machine: every node advertises a
 custom resource ``pearl_node:<node>`` (``ray start --resources='{"pearl_node:node0": 8}'``)
 and a worker's actor asks for one unit of it per GPU, so it lands where its GPUs are. The
-actor starts the worker process there (own process group, log file on that node, free
-ports of that node, ``CUDA_VISIBLE_DEVICES`` from the indices) and reports the endpoint;
-the controller waits for ``/health`` over HTTP as with local processes. Actors are owned by
-the controller's Ray driver, so workers go away with the controller: stopping a worker ends
-its process group, then kills the actor, and the process's death signal follows the actor.
+actor starts the worker process there (own process group, log file on that node, ports of
+that node reserved against its other actors, ``CUDA_VISIBLE_DEVICES`` from the indices)
+and reports the endpoint; the controller waits for ``/health`` over HTTP as with local
+processes. Actors are owned by the controller's Ray driver, so workers go away with the
+controller: stopping a worker ends its process group, then kills the actor, and the
+process's parent-death signal follows the actor.
 
 Ray is imported here only; the router imports this module when ``launcher.kind == "ray"``.
 """
@@ -16,6 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,37 @@ from pearl_sglang.engine.launch_args import LaunchRole
 NODE_RESOURCE = "pearl_node:{node}"
 _STOP_TIMEOUT_S = 30.0
 _CALL_TIMEOUT_S = 10.0
+
+
+def _holder_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reserve_ports(host: str, count: int) -> list[int]:
+    """Free ports of this node that no other worker actor on it holds. A port is picked
+    seconds (for SGLang's HTTP port, minutes) before the worker binds it, and actors pick
+    concurrently; a reservation lasts as long as the actor that made it."""
+    table = Path(tempfile.gettempdir()) / "pearl-ray-ports.json"
+    with open(table.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            held = {int(p): pid for p, pid in json.loads(table.read_text()).items() if _holder_alive(pid)}
+        except (OSError, ValueError):
+            held = {}
+        ports: list[int] = []
+        while len(ports) < count:
+            port = free_port(host)
+            if port not in held and port not in ports:
+                ports.append(port)
+        held.update({port: os.getpid() for port in ports})
+        table.write_text(json.dumps(held))
+    return ports
 
 
 @dataclass(frozen=True)
@@ -55,8 +91,8 @@ class WorkerActor:
         if self._proc is not None:
             raise LaunchError(f"slot {spec.slot}: this actor already started a worker")
         host = ray.util.get_node_ip_address()
-        port = free_port(host)
-        bootstrap = free_port(host) if spec.role is not LaunchRole.COLOCATED else None
+        port, *rest = reserve_ports(host, 1 if spec.role is LaunchRole.COLOCATED else 2)
+        bootstrap = rest[0] if rest else None
         # Build the command line here: the node's own interpreter, unless the config names one.
         argv = engine_argv(engine, spec, host=host, port=port, bootstrap_port=bootstrap)
         env = {**engine.env, "CUDA_VISIBLE_DEVICES": visible_devices(spec.gpus)}
@@ -92,8 +128,9 @@ class RayLauncher:
     """The ``Launcher`` of multi-node clusters: one Ray actor per slot.
 
     ``num_gpus`` is what each actor reserves from Ray's GPU accounting: by default the TP size
-    for SGLang and 0 for emulated workers. Give 0 where rollout shares GPUs with training
-    actors that already hold them in Ray (the overlap zone), or the actor would never be placed.
+    for SGLang and 0 for emulated workers. It is a count only: the devices are the table's
+    (``CUDA_VISIBLE_DEVICES`` overrides Ray's choice). Give 0 where rollout shares GPUs with
+    training actors that already hold them in Ray (the overlap zone), or it is never placed.
     """
 
     def __init__(self, engine: EngineConfig, launcher: LauncherConfig, session: aiohttp.ClientSession, *,
@@ -120,8 +157,9 @@ class RayLauncher:
         return handle.name if handle is not None else None
 
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
-        if spec.slot in self._handles:
+        if self.alive(spec.slot):
             raise LaunchError(f"slot {spec.slot} already runs a worker")
+        await self.stop(spec.slot)  # a worker that exited on its own still holds its actor
         visible_devices(spec.gpus)  # one node per worker
         node = spec.gpus[0].split(":", 1)[0]
         resource = NODE_RESOURCE.format(node=node)
@@ -137,9 +175,11 @@ class RayLauncher:
         try:
             started: _Started = await asyncio.wait_for(
                 actor.start.remote(self.engine, spec, self.log_dir), self.engine.start_timeout_s)
-        except (RayError, asyncio.TimeoutError) as e:
-            ray.kill(actor)
-            raise LaunchError(f"slot {spec.slot}: worker actor on {node} did not start: {e}") from e
+        except BaseException as e:
+            ray.kill(actor, no_restart=True)
+            if isinstance(e, (RayError, asyncio.TimeoutError)):
+                raise LaunchError(f"slot {spec.slot}: worker actor on {node} did not start: {e}") from e
+            raise
         handle = _Handle(actor=actor, name=name, exited=actor.wait_exit.remote().future())
         self._handles[spec.slot] = handle
         url = f"http://{started.host}:{started.port}"

@@ -77,5 +77,19 @@ class WorkerOps:
             body["decode_cuda_graph_memory_gb"] = 0
         return await self._call(url, "POST", "/pd_role_switch", body)
 
+    async def pd_probe(self, *, prefill_url: str, bootstrap_port: int, decode_url: str) -> None:
+        """One tiny PD request through this pair: proves the KV-transfer path (bootstrap,
+        registration, transfer) works before the pair serves real traffic."""
+        import secrets
+        from urllib.parse import urlparse
+
+        body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True},
+                "bootstrap_host": urlparse(prefill_url).hostname, "bootstrap_port": bootstrap_port,
+                "bootstrap_room": secrets.randbits(63), "rid": f"pearl-probe-{secrets.token_hex(6)}"}
+        _, out = await asyncio.gather(self._call(prefill_url, "POST", "/generate", body),
+                                      self._call(decode_url, "POST", "/generate", body))
+        if not isinstance(out, dict) or not out.get("output_ids"):
+            raise WorkerOpError(decode_url, "pd probe", f"unexpected answer {str(out)[:200]}")
+
     async def loads(self, url: str) -> dict[str, Any]:
         return await self._call(url, "GET", "/v1/loads")
