@@ -98,15 +98,18 @@ def test_role_switch_refused_while_busy(pd_pair):
     t = threading.Thread(target=lambda: result.update(r=pd_generate(
         pd_pair.prefill_url, pd_pair.decode_url, pd_pair.prefill_bootstrap_port, long)))
     t.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    running = False
+    while time.monotonic() < deadline and not running:
         loads = get(pd_pair.decode_url + "/v1/loads").json()["loads"]
-        if sum(e["num_running_reqs"] for e in loads):
-            break
+        running = bool(sum(e["num_running_reqs"] for e in loads))
         time.sleep(0.05)
+    assert running, "the PD request never started decoding"
     r = switch(pd_pair.decode_url, "prefill")
+    if r.status_code == 200:  # it had already finished: restore the pair for later tests
+        switch(pd_pair.decode_url, "decode")
     assert r.status_code == 400
     assert "not idle" in r.text
-    t.join(120)
+    t.join(300)
     _, d = result["r"]
     assert d.status_code == 200 and len(d.json()["output_ids"]) == 2000

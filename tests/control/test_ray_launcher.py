@@ -15,7 +15,8 @@ import ray
 
 from pearl_sglang.control.cluster_config import LauncherConfig
 from pearl_sglang.control.launchers import LaunchError, LaunchSpec
-from pearl_sglang.control.ray_launcher import RayLauncher
+from pearl_sglang.control import ray_launcher as ray_launcher_module
+from pearl_sglang.control.ray_launcher import RayLauncher, reserve_ports
 from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config, running_cluster
@@ -132,3 +133,14 @@ async def test_a_worker_that_dies_during_start_fails_with_its_log(ray_cluster, t
         assert "no-such-profile" in str(failed.value)  # the tail of the worker's log, read on its node
         assert launcher.slots() == () and launcher.launches == 1
     await eventually(lambda: not named_workers())
+
+
+def test_ports_reserved_by_a_live_actor_are_not_handed_out_again(tmp_path, monkeypatch):
+    picks = iter([5001, 5001, 5002, 5003, 5004])
+    monkeypatch.setattr(ray_launcher_module, "free_port", lambda host: next(picks))
+    monkeypatch.setattr(ray_launcher_module.tempfile, "gettempdir", lambda: str(tmp_path))
+    assert reserve_ports("127.0.0.1", 1) == [5001]  # held by this (live) process
+    assert reserve_ports("127.0.0.1", 2) == [5002, 5003]  # 5001 came back from the kernel: skipped
+    table = tmp_path / "pearl-ray-ports.json"
+    table.write_text('{"5004": 999999999}')  # a holder that no longer exists
+    assert reserve_ports("127.0.0.1", 1) == [5004]

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import httpx
 
-TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 
 
 def post(url: str, body: Any = None, **kw) -> httpx.Response:

@@ -1,0 +1,111 @@
+"""The virtual-time loop: waits cost nothing, timers keep their order, loopback HTTP works."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+from aiohttp import web
+
+from benchmarks.harness import vtime
+
+
+def test_long_sleep_is_instant():
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.sleep(3600)
+        return loop.time() - t0
+
+    real = time.perf_counter()
+    virtual = vtime.run(main())
+    assert abs(virtual - 3600) < 1e-6
+    assert time.perf_counter() - real < 1.0
+
+
+def test_timers_fire_in_order_at_their_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+
+        async def at(t, name):
+            await asyncio.sleep(t)
+            seen.append((name, round(loop.time(), 9)))
+
+        await asyncio.gather(at(30, "c"), at(10, "a"), at(20, "b"), at(20.5, "b2"))
+        return seen
+
+    assert vtime.run(main()) == [("a", 10), ("b", 20), ("b2", 20.5), ("c", 30)]
+
+
+def test_wait_for_times_out_in_virtual_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            await asyncio.wait_for(asyncio.Event().wait(), 900)
+        except asyncio.TimeoutError:
+            return loop.time() - t0
+
+    assert abs(vtime.run(main()) - 900) < 1e-6
+
+
+def test_thread_work_takes_no_virtual_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        timer = asyncio.ensure_future(asyncio.sleep(1))
+        await asyncio.to_thread(time.sleep, 0.2)  # real work in a thread
+        done_early = timer.done()
+        await timer
+        return loop.time() - t0, done_early
+
+    elapsed, done_early = vtime.run(main())
+    assert not done_early  # the clock stood still while the thread ran
+    assert abs(elapsed - 1) < 1e-6
+
+
+def test_http_between_in_process_servers_under_virtual_time():
+    """A server that sleeps 60 s per request, called through a second (proxy) server:
+    the answer arrives after exactly 60 virtual seconds, in well under a real second."""
+
+    async def main():
+        async def slow(request):
+            await asyncio.sleep(60)
+            return web.json_response({"t": asyncio.get_running_loop().time()})
+
+        async def proxy(request):
+            async with request.app["session"].get(request.app["upstream"] + "/slow") as r:
+                return web.json_response(await r.json())
+
+        backend = web.Application()
+        backend.router.add_get("/slow", slow)
+        b_runner = web.AppRunner(backend)
+        await b_runner.setup()
+        b_site = web.TCPSite(b_runner, "127.0.0.1", 0)
+        await b_site.start()
+        b_port = b_runner.addresses[0][1]
+
+        front = web.Application()
+        front["upstream"] = f"http://127.0.0.1:{b_port}"
+        front.router.add_get("/p", proxy)
+        async with aiohttp.ClientSession() as session:
+            front["session"] = session
+            f_runner = web.AppRunner(front)
+            await f_runner.setup()
+            await web.TCPSite(f_runner, "127.0.0.1", 0).start()
+            f_port = f_runner.addresses[0][1]
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            results = await asyncio.gather(*(session.get(f"http://127.0.0.1:{f_port}/p") for _ in range(20)))
+            bodies = [await r.json() for r in results]
+            elapsed = loop.time() - t0
+            await f_runner.cleanup()
+        await b_runner.cleanup()
+        return elapsed, bodies
+
+    real = time.perf_counter()
+    elapsed, bodies = vtime.run(main())
+    assert abs(elapsed - 60) < 1e-3
+    assert all(abs(b["t"] - 60) < 1e-3 for b in bodies)
+    assert time.perf_counter() - real < 5.0

@@ -1,0 +1,131 @@
+"""Network faults between the router and a worker, injected by ``FaultProxy``: a worker
+that hangs, answers slowly, resets or cuts its connections, mid-stream or before the first
+byte. The router must end every such request within its timeouts, either completed
+elsewhere token for token (one continuous stream for a streaming client) or as a bounded
+5xx error, and never hang."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
+from tests.faults.support import (
+    assert_continuous, collect_sse, fault_config, long_body, reference, running, until,
+)
+from tests.router.conftest import running_router
+from tests.support.emulated import emulator, emulators
+
+PACED = ("--time-scale", "0.5")  # ~4 ms a token: a 600-token answer streams for ~2.5 s
+PROMPT = [11, 22, 33, 44, 55, 66]
+
+MID_STREAM_FAULTS = [
+    pytest.param(dict(fault=Fault.HANG), id="hang"),
+    pytest.param(dict(fault=Fault.DELAY, delay_s=5.0), id="slower-than-chunk-timeout"),
+    pytest.param(dict(fault=Fault.RESET), id="reset"),
+    pytest.param(dict(fault=Fault.CUT, cut_after=300), id="cut-after-300-bytes"),
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fault", MID_STREAM_FAULTS)
+async def test_mid_stream_fault_moves_the_request_token_exact(fault):
+    body = long_body(PROMPT, 600)
+    expected = await reference(body)
+    async with emulators(2, *PACED) as [(u0, w0), (u1, _)], FaultProxy.to(u0) as proxy:
+        # The proxied worker is slot 0: an idle router sends the first attempt there.
+        async with running_router(regular=[proxy.url, u1], config=fault_config()) as (url, app, _):
+            injected_at: list[int] = []
+
+            async def inject(chunk):
+                if len(chunk["output_ids"]) >= 40 and not injected_at:
+                    injected_at.append(len(chunk["output_ids"]))
+                    proxy.set(**fault)
+
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            async with httpx.AsyncClient(timeout=30) as c:
+                events = await collect_sse(c, url + "/generate", body, on_chunk=inject)
+            elapsed = loop.time() - started
+            assert len(app[ROUTER].inflight) == 0
+    chunks = assert_continuous(events)
+    assert injected_at and injected_at[0] < 600, "the fault was never injected mid-stream"
+    assert chunks[-1]["output_ids"] == expected["output_ids"]
+    assert chunks[-1]["text"] == expected["text"]
+    assert chunks[-1]["meta_info"]["pearl_attempts"] == 2
+    assert chunks[-1]["meta_info"]["completion_tokens"] == 600
+    assert elapsed < 15, elapsed
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fault", [Fault.HANG, Fault.RESET])
+async def test_fault_before_the_first_byte_is_retried_elsewhere(fault):
+    body = long_body(PROMPT, 50)
+    expected = await reference(body)
+    async with emulators(2, "--time-scale", "20") as [(u0, _), (u1, _)], FaultProxy.to(u0) as proxy:
+        proxy.set(fault)
+        async with running_router(regular=[proxy.url, u1], config=fault_config()) as (url, app, _):
+            async with httpx.AsyncClient(timeout=30) as c:
+                r = await c.post(url + "/generate", json=body)
+                chat = await c.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            open_circuits = app[ROUTER].breakers._failures  # noqa: SLF001 - the breaker saw it
+    assert proxy.accepted >= 2  # both calls tried the faulty worker first
+    assert r.status_code == 200, r.text
+    assert r.json()["output_ids"] == expected["output_ids"]
+    assert chat.status_code == 200, chat.text
+    assert open_circuits.get(0, 0) >= 2
+
+
+@pytest.mark.timeout(30)
+async def test_slow_worker_within_the_chunk_timeout_is_not_abandoned():
+    body = long_body(PROMPT, 120)
+    expected = await reference(body)
+    async with emulators(2, "--time-scale", "5") as [(u0, _), (u1, _)], FaultProxy.to(u0) as proxy:
+        proxy.set(Fault.DELAY, delay_s=0.1)
+        async with running_router(regular=[proxy.url, u1], config=fault_config(chunk_s=1.0)) as (url, app, _):
+            async with httpx.AsyncClient(timeout=30) as c:
+                events = await collect_sse(c, url + "/generate", body)
+    chunks = assert_continuous(events)
+    assert chunks[-1]["output_ids"] == expected["output_ids"]
+    assert "pearl_attempts" not in chunks[-1]["meta_info"]  # no migration: slow is not dead
+    assert not app[ROUTER].breakers.open_slots() and not app[ROUTER].breakers._failures  # noqa: SLF001
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_hung_only_worker_is_a_bounded_error(stream):
+    config = fault_config(chunk_s=0.5, max_attempts=2)
+    async with emulator("--time-scale", "20") as (u0, _), FaultProxy.to(u0) as proxy:
+        proxy.set(Fault.HANG)
+        async with running_router(regular=[proxy.url], config=config) as (url, app, _):
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            async with httpx.AsyncClient(timeout=20) as c:
+                r = await c.post(url + "/generate", json={**long_body(PROMPT, 10), "stream": stream})
+            elapsed = loop.time() - started
+            assert len(app[ROUTER].inflight) == 0
+    assert elapsed < 2 * 0.5 + 3, elapsed
+    assert r.status_code == 502, r.text
+    assert r.json()["error"]["type"] == "upstream_failed"
+
+
+@pytest.mark.timeout(30)
+async def test_worker_hung_mid_stream_with_no_alternative_ends_with_partial_output_error():
+    """The only worker stops answering after some tokens: the client's stream ends with an
+    error event (never a hang) after the tokens it already received."""
+    config = fault_config(chunk_s=0.5, max_attempts=2)
+    async with emulator(*PACED) as (u0, w0), FaultProxy.to(u0) as proxy:
+        async with running_router(regular=[proxy.url], config=config) as (url, app, _):
+            async def inject(chunk):
+                if "output_ids" in chunk and len(chunk["output_ids"]) >= 20 and proxy.fault is Fault.PASS:
+                    proxy.set(Fault.HANG)  # once: nothing sets it back while the stream runs
+
+            async with httpx.AsyncClient(timeout=20) as c:
+                events = await asyncio.wait_for(
+                    collect_sse(c, url + "/generate", long_body(PROMPT, 600), on_chunk=inject), 10)
+            assert len(app[ROUTER].inflight) == 0
+    assert events[-1] == "[DONE]"
+    assert events[-2]["error"]["type"] == "upstream_failed"
+    assert len(events[-3]["output_ids"]) >= 20
