@@ -18,6 +18,7 @@ TEST = [
     "numpy>=1.26",
     "safetensors>=0.4",
     "tokenizers>=0.19",
+    "ray>=2.40",
 ]
 RAY = ["ray[default]>=2.40"]
 BENCH = ["matplotlib>=3.8", "numpy>=1.26"]
