@@ -51,9 +51,9 @@ async def health(request: web.Request) -> web.Response:
     if e.released_tags:
         return web.Response(status=503)
     if e.paused is not None:
-        deadline = time.monotonic() + w.clock.real_delay(w.args.health_timeout)
-        while e.paused is not None and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        deadline = w.clock.now() + w.args.health_timeout
+        while e.paused is not None and w.clock.now() < deadline:
+            await asyncio.sleep(w.clock.real_delay(min(0.05 * w.clock.scale, deadline - w.clock.now())))
         if e.paused is not None:
             return web.Response(status=503)
     return web.Response(status=200)

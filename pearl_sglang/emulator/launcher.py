@@ -6,6 +6,7 @@ clusters of many workers hundreds of times on two cores.
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from pearl_sglang.control.cluster_config import EngineConfig
@@ -48,6 +49,9 @@ class InProcessEmulatorLauncher:
         bootstrap = free_port(self.host) if spec.role is not LaunchRole.COLOCATED else None
         args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
         worker = build_worker(args)
+        cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start
+        if cold > 0:  # as the process would: the port opens after the cold start
+            await asyncio.sleep(worker.clock.real_delay(cold))
         runner, extra, bound, _ = await start(worker, host=self.host, port=port)
         self._running[spec.slot] = _Running([runner, *extra], worker)
         self.launches += 1

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator, Callable, Optional
 
 import aiohttp
 from aiohttp import web
@@ -23,18 +23,32 @@ from .profile import Profile, load_profile
 from .request import Role
 
 
-class ScaledClock:
-    """Emulated seconds = real monotonic seconds x scale."""
+def loop_clock() -> Callable[[], float]:
+    """The running event loop's clock (``time.monotonic`` for asyncio's own loops, a
+    virtual clock under a virtual-time loop); ``time.monotonic`` outside a loop."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:
+        return time.monotonic
 
-    def __init__(self, scale: float) -> None:
+
+class ScaledClock:
+    """Emulated seconds = seconds of the event loop's clock x scale (the loop that is
+    running when the clock is made; real monotonic time unless it is a virtual loop)."""
+
+    def __init__(self, scale: float, source: Optional[Callable[[], float]] = None) -> None:
         self.scale = scale
-        self._t0 = time.monotonic()
+        self._source = source or loop_clock()
+        self._t0 = self._source()
 
     def now(self) -> float:
-        return (time.monotonic() - self._t0) * self.scale
+        return (self._source() - self._t0) * self.scale
 
     def real_delay(self, emulated_s: float) -> float:
         return max(0.0, emulated_s / self.scale)
+
+
+_WAKE_SLACK_S = 1e-6
 
 
 class RealtimeDriver:
@@ -58,8 +72,12 @@ class RealtimeDriver:
             if delay <= 0:
                 await asyncio.sleep(0)
                 continue
+            # Wake a hair late: on a virtual-time loop the clock lands exactly on the timer,
+            # and float rounding of (loop time - start) could leave the engine a few ulps
+            # short of its event, spinning forever. Events are processed at their own model
+            # time, so lateness never changes results.
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
+                await asyncio.wait_for(wake.wait(), delay + _WAKE_SLACK_S)
 
 
 @dataclass
