@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
+from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.launchers import Launcher, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
@@ -169,9 +170,12 @@ class PlanExecutor:
                 probes.append(self.ops.pd_probe(prefill_url=prefill[1], bootstrap_port=prefill[2],
                                                 decode_url=decode[1]))
         try:
-            await asyncio.wait_for(asyncio.gather(*probes), self.deadlines.drain_s + 30)
-        except (WorkerOpError, asyncio.TimeoutError) as e:
-            raise ActivationFailed(f"PD probe failed before admission: {e!r}") from e
+            outcomes = await asyncio.wait_for(gather_settled(*probes), self.deadlines.drain_s + 30)
+        except asyncio.TimeoutError as e:
+            raise ActivationFailed("PD probe timed out before admission") from e
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            raise ActivationFailed(f"PD probe failed before admission: {failed[0]!r}") from failed[0]
 
     async def admit(self, events: list[Event], operation: str) -> None:
         if not events:

@@ -16,6 +16,7 @@ from collections import OrderedDict, deque
 from dataclasses import fields, replace
 from typing import Any, Awaitable, Callable
 
+from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
 from pearl_sglang.control.launchers import LaunchError
@@ -170,8 +171,11 @@ class Orchestrator:
         if not leaving:
             return []
         events = await asyncio.wait_for(
-            asyncio.gather(*(self.executor.deactivate(s, operation) for s in leaving)), deadline_s)
-        await self.store.apply(events)
+            gather_settled(*(self.executor.deactivate(s, operation) for s in leaving)), deadline_s)
+        failed = [e for e in events if isinstance(e, BaseException)]
+        await self.store.apply([e for e in events if not isinstance(e, BaseException)])
+        if failed:
+            raise failed[0]
         return leaving
 
     async def _grow(self, p: Plan, operation: str) -> list[int]:
@@ -190,7 +194,7 @@ class Orchestrator:
         adds = [a for a in p.add if table.has(a.slot) and table.worker(a.slot).activity is Activity.JOINING]
         jobs = [self.executor.switch(s, operation) for s in switching]
         jobs += [self.executor.activate(a, operation) for a in adds]
-        results = await asyncio.gather(*jobs, return_exceptions=True)
+        results = await gather_settled(*jobs)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
             for r in failed:

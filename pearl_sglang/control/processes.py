@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,10 +27,23 @@ class ServerStartError(RuntimeError):
     """A server exited or did not become healthy; the message carries its log's tail."""
 
 
+# Listening ports come from below Linux's ephemeral range (32768-60999 by default), so an
+# outgoing connection cannot take a port between the choice and the server's bind.
+_LISTEN_PORTS = range(20000, 32000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, chosen at random outside the ephemeral range."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(_LISTEN_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {_LISTEN_PORTS.start}-{_LISTEN_PORTS.stop - 1} on {host}")
 
 
 def _die_with_parent() -> None:

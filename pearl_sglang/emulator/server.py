@@ -168,7 +168,11 @@ async def start(worker: Worker, *, host: str, port: int,
     runner = web.AppRunner(create_app(worker), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=BACKLOG)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     bound = runner.addresses[0][1]
     extra: list[web.AppRunner] = []
     bport = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 from dataclasses import dataclass, field
 
@@ -30,14 +31,23 @@ class AttachedWorkers:
                 raise ValueError(f"worker URL must start with http:// or https://: {url!r}")
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 @dataclass(frozen=True)
 class Security:
     admin_token: str | None = None
     api_key: str | None = None
+    # Host patterns (fnmatch) that worker addresses given through the admin API may name;
+    # anything else is refused, so the API cannot make the router call arbitrary hosts.
+    allowed_worker_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+
+    def worker_host_allowed(self, host: str) -> bool:
+        return any(fnmatch.fnmatchcase(host.lower(), p.lower()) for p in self.allowed_worker_hosts)
 
     def __repr__(self) -> str:  # never print secrets
         return f"Security(admin_token={'set' if self.admin_token else None}, " \
-               f"api_key={'set' if self.api_key else None})"
+               f"api_key={'set' if self.api_key else None}, allowed_worker_hosts={self.allowed_worker_hosts})"
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,9 @@ class RouterConfig:
                             help="environment variable holding the admin token")
         parser.add_argument("--api-key-env", default="PEARL_API_KEY",
                             help="environment variable holding the inference API key (optional)")
+        parser.add_argument("--allowed-worker-hosts", nargs="+", default=list(LOOPBACK_HOSTS), metavar="PATTERN",
+                            help="host patterns (fnmatch) the admin API may name as worker hosts "
+                                 "(default: loopback only)")
         parser.add_argument("--max-attempts", type=int, default=DispatchConfig.max_attempts)
         parser.add_argument("--internal-stream-interval", type=int,
                             default=DispatchConfig.internal_stream_interval)
@@ -99,7 +112,8 @@ class RouterConfig:
             attached=AttachedWorkers(regular=tuple(args.worker_urls), prefill=tuple(prefill),
                                      decode=tuple(args.decode)),
             security=Security(admin_token=os.environ.get(args.admin_token_env) or None,
-                              api_key=os.environ.get(args.api_key_env) or None),
+                              api_key=os.environ.get(args.api_key_env) or None,
+                              allowed_worker_hosts=tuple(args.allowed_worker_hosts)),
             limits=Limits.from_cli_args(args),
             dispatch=DispatchConfig(max_attempts=args.max_attempts,
                                     internal_stream_interval=args.internal_stream_interval,

@@ -61,6 +61,21 @@ def _gpus(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(gpus)
 
 
+def _check_hosts(request: web.Request, body: dict[str, Any]) -> None:
+    """``hosts`` maps GPU nodes to addresses; each must match --allowed-worker-hosts."""
+    hosts = body.get("hosts")
+    if hosts is None:
+        return
+    if not isinstance(hosts, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                              for k, v in hosts.items()):
+        raise BadRequest("'hosts' must map node names to host names or addresses")
+    security = request.app[ROUTER].config.security
+    refused = sorted(v for v in hosts.values() if not security.worker_host_allowed(v))
+    if refused:
+        raise BadRequest(f"worker hosts {refused} are not in --allowed-worker-hosts",
+                         kind="worker_host_not_allowed")
+
+
 async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
     try:
         if deadline_s is None:
@@ -114,6 +129,7 @@ async def gpus(request: web.Request) -> web.Response:
     body = await _body(request)
     action, rid = body.get("action"), _opt_str(body, "request_id")
     if action == "join":
+        _check_hosts(request, body)
         return await _run(orch.gpus_join(gpus=_gpus(body), request_id=rid))
     if action == "leave":
         deadline = _positive(body, "deadline_s", orch.config.deadlines.leave_s)

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
@@ -153,6 +154,9 @@ class Dispatcher:
                         f"{stitcher.generated} tokens were generated")
                 stitcher.next_attempt()
                 self.migrations += 1
+                # Off the old workers at once: a drain waiting for them must not wait for
+                # this request while it looks for a new home.
+                self.inflight.assign(entry, (), ())
         finally:
             self.inflight.close(item.rid)
             if not finished:
@@ -265,7 +269,7 @@ class Dispatcher:
             for task in (next_chunk, prefill_call):
                 if not task.done():
                     task.cancel()
-            await asyncio.gather(next_chunk, prefill_call, return_exceptions=True)
+            await gather_settled(next_chunk, prefill_call)
             await chunks.aclose()
 
     async def _merge_input_logprobs(self, chunk: dict[str, Any], prefill_call: asyncio.Future) -> dict[str, Any]:

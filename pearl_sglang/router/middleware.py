@@ -54,7 +54,8 @@ def _token(request: web.Request) -> str | None:
 
 
 def _matches(given: str | None, expected: str) -> bool:
-    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+    # Header bytes that are not UTF-8 arrive as surrogates: compare their raw bytes.
+    return given is not None and hmac.compare_digest(given.encode(errors="surrogateescape"), expected.encode())
 
 
 def auth_middleware(*, admin_token: str | None, api_key: str | None,

@@ -142,7 +142,9 @@ class FaultProxy:
                 await writer.drain()
                 if to_client:
                     conn.sent += len(data)
+            if await self._gate() is Fault.RESET:
+                return conn.reset()
             if writer.can_write_eof() and not writer.transport.is_closing():
-                writer.write_eof()
+                writer.write_eof()  # a half-close is forwarded too, unless hanging
         except (ConnectionError, OSError):
             conn.reset()

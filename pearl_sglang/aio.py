@@ -1,0 +1,19 @@
+"""Asyncio helpers shared by the shells."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable
+
+
+def _retrieve(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def gather_settled(*aws: Awaitable[Any]) -> list[Any]:
+    """``gather(..., return_exceptions=True)`` that, when the caller is cancelled, still
+    consumes the gather's outcome (asyncio would otherwise log "exception was never
+    retrieved" for the CancelledError it stores)."""
+    gathered = asyncio.gather(*aws, return_exceptions=True)
+    gathered.add_done_callback(_retrieve)
+    return await gathered
