@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 import aiohttp
 
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
-from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port, group_alive, kill_group
+from pearl_sglang.control.processes import PortPool, ServerProcess, ServerSpec, group_alive, kill_group
 from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
 
 
@@ -109,6 +109,8 @@ class LocalLauncher:
         self.outlive = outlive
         self._procs: dict[int, ServerProcess] = {}
         self._adopted: dict[int, int] = {}
+        self._ports = PortPool()
+        self._slot_ports: dict[int, tuple[int | None, ...]] = {}
         self.launches = 0
         self._on_change: Callable[[], None] = lambda: None
 
@@ -138,8 +140,9 @@ class LocalLauncher:
         if self.alive(spec.slot):
             raise LaunchError(f"slot {spec.slot} already runs a worker")
         host = self.config.host
-        port = free_port(host)
-        bootstrap = free_port(host) if spec.role is not LaunchRole.COLOCATED else None
+        port = self._ports.take(host)
+        bootstrap = self._ports.take(host) if spec.role is not LaunchRole.COLOCATED else None
+        self._slot_ports[spec.slot] = (port, bootstrap)
         argv = engine_argv(self.engine, spec, host=host, port=port, bootstrap_port=bootstrap)
         env = {**self.engine.env, "CUDA_VISIBLE_DEVICES": visible_devices(spec.gpus)}
         log = Path(self.config.log_dir) / f"worker-{spec.slot}-{spec.role.value}-{port}.log"
@@ -157,6 +160,7 @@ class LocalLauncher:
         return LaunchedWorker(slot=spec.slot, endpoint=proc.url, bootstrap_port=bootstrap)
 
     async def stop(self, slot: int) -> None:
+        self._ports.release(*self._slot_ports.pop(slot, ()))
         proc = self._procs.pop(slot, None)
         if proc is not None:
             await asyncio.to_thread(proc.stop)

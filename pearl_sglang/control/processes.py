@@ -46,6 +46,26 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError(f"no free port in {_LISTEN_PORTS.start}-{_LISTEN_PORTS.stop - 1} on {host}")
 
 
+class PortPool:
+    """Ports handed out by one launcher and still in use: two workers started at the same
+    moment never get the same port (a bind test alone cannot tell them apart)."""
+
+    def __init__(self) -> None:
+        self._taken: set[int] = set()
+
+    def take(self, host: str = "127.0.0.1") -> int:
+        for _ in range(200):
+            port = free_port(host)
+            if port not in self._taken:
+                self._taken.add(port)
+                return port
+        raise OSError("no free port left that this launcher has not handed out")
+
+    def release(self, *ports: int | None) -> None:
+        for port in ports:
+            self._taken.discard(port)
+
+
 def _die_with_parent() -> None:
     os.setsid()
     try:

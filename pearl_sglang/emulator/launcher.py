@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec, engine_args
-from pearl_sglang.control.processes import free_port
+from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
 from pearl_sglang.emulator.server import build_worker, start
 from pearl_sglang.engine.launch_args import LaunchRole
@@ -21,6 +21,7 @@ from pearl_sglang.engine.launch_args import LaunchRole
 class _Running:
     runners: list
     worker: object
+    ports: tuple[int | None, ...] = ()
 
 
 @dataclass
@@ -29,6 +30,7 @@ class InProcessEmulatorLauncher:
     host: str = "127.0.0.1"
     launches: int = 0
     _running: dict[int, _Running] = field(default_factory=dict)
+    _ports: PortPool = field(default_factory=PortPool)
 
     def slots(self) -> tuple[int, ...]:
         return tuple(sorted(self._running))
@@ -45,15 +47,19 @@ class InProcessEmulatorLauncher:
             raise LaunchError("the in-process launcher runs emulated workers only")
         if spec.slot in self._running:
             raise LaunchError(f"slot {spec.slot} already runs a worker")
-        port = free_port(self.host)
-        bootstrap = free_port(self.host) if spec.role is not LaunchRole.COLOCATED else None
+        port = self._ports.take(self.host)
+        bootstrap = self._ports.take(self.host) if spec.role is not LaunchRole.COLOCATED else None
         args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
         worker = build_worker(args)
         cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start
         if cold > 0:  # as the process would: the port opens after the cold start
             await asyncio.sleep(worker.clock.real_delay(cold))
-        runner, extra, bound, _ = await start(worker, host=self.host, port=port)
-        self._running[spec.slot] = _Running([runner, *extra], worker)
+        try:
+            runner, extra, bound, _ = await start(worker, host=self.host, port=port)
+        except BaseException:
+            self._ports.release(port, bootstrap)
+            raise
+        self._running[spec.slot] = _Running([runner, *extra], worker, (port, bootstrap))
         self.launches += 1
         return LaunchedWorker(slot=spec.slot, endpoint=f"http://{self.host}:{bound}", bootstrap_port=bootstrap)
 
@@ -63,6 +69,7 @@ class InProcessEmulatorLauncher:
             return
         for runner in reversed(running.runners):
             await runner.cleanup()
+        self._ports.release(*running.ports)
 
     async def stop_all(self) -> None:
         for slot in list(self._running):
