@@ -393,7 +393,8 @@ class Orchestrator:
             except WorkerOpError as e:
                 return str(e)
 
-        results = await asyncio.gather(*(one(w) for w in workers))
+        with self.executor.router.breakers.planned_pause(w.slot for w in workers):
+            results = await asyncio.gather(*(one(w) for w in workers))
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
         failed = [w.slot for w, r in zip(workers, results) if r != "ok"]
         if ok:

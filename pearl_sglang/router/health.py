@@ -1,16 +1,19 @@
 """Worker health: a circuit breaker per slot, fed by failed calls and periodic probes.
 
-Only ACTIVE workers are probed. A worker that is paused for a weight update, has released
-its memory or is switching role is not ACTIVE in the table, so a planned pause is never
-mistaken for a dead worker; an ACTIVE worker that fails ``failures_to_open`` calls in a
-row is kept out of routing for ``cooldown_s``, then given one trial.
+Only ACTIVE workers are probed. A worker that has released its memory or is switching
+role is not ACTIVE in the table, and one that stays ACTIVE while it loads new weights is
+marked with ``planned_pause``, so a planned pause is never mistaken for a dead worker; an
+ACTIVE worker that fails ``failures_to_open`` calls in a row is kept out of routing for
+``cooldown_s``, then given one trial.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 import aiohttp
 
@@ -25,6 +28,24 @@ class CircuitBreakers:
     cooldown_s: float = 30.0
     _failures: dict[int, int] = field(default_factory=dict)
     _open_until: dict[int, float] = field(default_factory=dict)
+    _paused: dict[int, int] = field(default_factory=dict)
+
+    @contextmanager
+    def planned_pause(self, slots: Iterable[int]) -> Iterator[None]:
+        """Probe failures of these workers do not count while the block runs."""
+        slots = tuple(slots)
+        for slot in slots:
+            self._paused[slot] = self._paused.get(slot, 0) + 1
+        try:
+            yield
+        finally:
+            for slot in slots:
+                self._paused[slot] -= 1
+                if not self._paused[slot]:
+                    del self._paused[slot]
+
+    def paused(self, slot: int) -> bool:
+        return slot in self._paused
 
     def failure(self, slot: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -58,5 +79,5 @@ async def probe_loop(session: aiohttp.ClientSession, store: StateStore, breakers
                 ok = False
             if ok:
                 breakers.success(worker.slot)
-            else:
+            elif not breakers.paused(worker.slot):
                 breakers.failure(worker.slot)
