@@ -51,7 +51,7 @@ class Counts:
 def config(model: Path, time_scale: float) -> ClusterConfig:
     return ClusterConfig.from_mapping({
         "engine": {"kind": "emulator", "model_path": str(model), "tp_size": 1,
-                   "emulator": {"profile": "tiny", "time_scale": time_scale}},
+                   "emulator": {"profile": "tiny", "time_scale": time_scale, "pd_timeout": 3000}},
         "zones": {"dedicated": ["d0:0", "d0:1", "d0:2"], "overlap": ["t0:0", "t0:1"]},
         "profile": PROFILE, "pd_mode": "colocated", "gate": {"enabled": False},
         "deadlines": {"train_begin_s": 30, "leave_s": 30, "drain_s": 5},
