@@ -22,6 +22,14 @@ from pearl_sglang.control.state_store import StateStore
 log = logging.getLogger("pearl.router.health")
 
 
+def _now() -> float:
+    """The event loop's clock (virtual in replays); monotonic time outside a loop."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 @dataclass
 class CircuitBreakers:
     failures_to_open: int = 3
@@ -48,7 +56,7 @@ class CircuitBreakers:
         return slot in self._paused
 
     def failure(self, slot: int, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
+        now = _now() if now is None else now
         self._failures[slot] = self._failures.get(slot, 0) + 1
         if self._failures[slot] >= self.failures_to_open:
             if slot not in self._open_until or self._open_until[slot] <= now:
@@ -60,7 +68,7 @@ class CircuitBreakers:
         self._open_until.pop(slot, None)
 
     def open_slots(self, now: float | None = None) -> set[int]:
-        now = time.monotonic() if now is None else now
+        now = _now() if now is None else now
         return {slot for slot, until in self._open_until.items() if until > now}
 
 

@@ -9,6 +9,9 @@ from aiohttp import web
 
 from benchmarks.harness import vtime
 
+UPSTREAM = web.AppKey("upstream", str)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+
 
 def test_long_sleep_is_instant():
     async def main():
@@ -75,7 +78,7 @@ def test_http_between_in_process_servers_under_virtual_time():
             return web.json_response({"t": asyncio.get_running_loop().time()})
 
         async def proxy(request):
-            async with request.app["session"].get(request.app["upstream"] + "/slow") as r:
+            async with request.app[SESSION].get(request.app[UPSTREAM] + "/slow") as r:
                 return web.json_response(await r.json())
 
         backend = web.Application()
@@ -87,10 +90,10 @@ def test_http_between_in_process_servers_under_virtual_time():
         b_port = b_runner.addresses[0][1]
 
         front = web.Application()
-        front["upstream"] = f"http://127.0.0.1:{b_port}"
+        front[UPSTREAM] = f"http://127.0.0.1:{b_port}"
         front.router.add_get("/p", proxy)
         async with aiohttp.ClientSession() as session:
-            front["session"] = session
+            front[SESSION] = session
             f_runner = web.AppRunner(front)
             await f_runner.setup()
             await web.TCPSite(f_runner, "127.0.0.1", 0).start()

@@ -1,0 +1,345 @@
+"""Replay a trace segment for one system: PEARL's real router and control plane against
+in-process emulated workers, on a virtual clock.
+
+Real code: the router (dispatch, migration, telemetry), the control plane (decision
+engine, planner, orchestrator, executors, borrowing gate), the RL driver
+(``AgenticRLDriver`` with its admin hooks) and the trace replayer, all talking HTTP over
+loopback.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
+environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
+therefore replays in CPU time only.
+
+    .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
+        [--model qwen3-8b] [--minutes 120] [--batch-size 64 --group-size 16] [--out FILE.json]
+
+Throughput of a step (section 6.1) = (rollout generated + training tokens) / step duration,
+where a step runs from the previous weight push to its own (``StepResult``).  The run
+stops at the end of the window after the step in progress (its training and weight push
+complete); steps that end after the window are kept but flagged ``in_window: false``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+from unittest import mock
+
+from aiohttp import web
+
+from benchmarks.harness import vtime
+from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGMENTS, System, core_profile, model,
+                                        system)
+from pearl_rl_adapter import AsyncPearlClient, ClientConfig
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.core.state import Activity, StateTable
+from pearl_sglang.demo.replay import TraceReplayer
+from pearl_sglang.demo.report import label, roles
+from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from pearl_sglang.router import health as router_health
+from pearl_sglang.router.app import build_app
+from pearl_sglang.router.config import RouterConfig, Security
+from pearl_sglang.router.dispatch import DispatchConfig
+from pearl_sglang.workload import AgenticRLDriver, DriverConfig, SweWorkload, TrainerProfile, admin_hooks
+from pearl_sglang.workload.results import StepResult
+from pearl_sglang.workload.timebase import EmulatedTime
+from pearl_sglang.workload.trace import BAMBOO_P3, mean_workers, read_bamboo, worker_targets
+
+log = logging.getLogger("pearl.replay")
+TOKEN = "replay-admin-token"
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    system: str = "pearl"
+    model: str = "qwen3-8b"
+    segment: Optional[int] = 1                 # SEGMENTS key; or give trace_start_h
+    trace_start_h: Optional[float] = None      # overrides segment
+    minutes: float = SEGMENT_LENGTH_S / 60
+    batch_size: int = 64
+    group_size: int = 16
+    rewrite_fraction: float = 0.0              # 0: cache-friendly regime; ~0.5-0.9 prefill-heavy
+    workload: dict[str, Any] = field(default_factory=dict)  # other SweWorkload fields
+    train_step_s: Optional[float] = None       # default: the model's
+    max_preemptible_workers: int = 6
+    steps: Optional[int] = None                # stop after this many steps (else the window)
+    seed: int = 0
+    stream_interval: int = 64                  # router -> worker chunk interval (router default 16)
+    sample_every_s: float = 60.0               # topology samples (virtual seconds)
+    cold_start: bool = True                    # launched workers wait the profile's cold start
+    request_timeout_s: float = 3600.0
+    cluster_overrides: dict[str, Any] = field(default_factory=dict)  # merged into the cluster mapping
+
+    def start_h(self) -> float:
+        if self.trace_start_h is not None:
+            return self.trace_start_h
+        if self.segment not in SEGMENTS:
+            raise ValueError(f"segment must be one of {sorted(SEGMENTS)} (or give trace_start_h)")
+        return SEGMENTS[self.segment]
+
+
+def resolve_system(config: ReplayConfig) -> System:
+    if config.system == "roll-large":  # the segment's size
+        if config.segment not in ROLL_LARGE_GPUS:
+            raise ValueError("roll-large needs a segment (or name the size: roll-large-14)")
+        return system(f"roll-large-{ROLL_LARGE_GPUS[config.segment]}")
+    return system(config.system)
+
+
+def _gpus(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i // 8}:{i % 8}" for i in range(n)]
+
+
+def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> dict[str, Any]:
+    m = model(config.model)
+    profile = core_profile(config.model, config.batch_size)
+    data = {
+        "engine": {"kind": "emulator", "model_path": str(model_dir), "tp_size": 2, "weight_version": "step-init",
+                   # time_scale 1: the workers' clock is the (virtual) event loop's clock
+                   # The in-process launcher waits the profile's cold start before the port opens.
+                   "emulator": {"profile": m.emulator_profile, "time_scale": 1, "seed": config.seed,
+                                **({} if config.cold_start else {"cold_start": 0})}},
+        "zones": {"dedicated": _gpus("reserved", sysdef.rollout_gpus),
+                  "overlap": _gpus("train", 2 * sysdef.overlap_workers)},
+        "profile": profile.to_dict(),
+        "pd_mode": sysdef.pd_mode,
+        "gate": {"toggle_cost_s": m.toggle_cost_s, **sysdef.gate},
+        "deadlines": {"train_begin_s": 60, "leave_s": 30, "drain_s": 15},
+        "time_scale": 1.0,
+    }
+    for key, value in config.cluster_overrides.items():
+        data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
+    return data
+
+
+class _LoopTime:
+    """``time`` for the router's circuit breakers: ``monotonic()`` on the event loop's clock."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@dataclass
+class Recorder:
+    client: AsyncPearlClient
+    t0: float
+    window_s: float
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    last_state: dict[str, Any] = field(default_factory=dict)
+    verbose: bool = False
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time() - self.t0
+
+    async def sample(self) -> dict[str, int]:
+        with contextlib.suppress(Exception):
+            self.last_state = await self.client.state()
+        counts = roles(self.last_state["table"]) if self.last_state else {}
+        self.samples.append({"t_s": self.now(), **counts})
+        return counts
+
+    async def sample_forever(self, every_s: float) -> None:
+        while True:
+            await self.sample()
+            await asyncio.sleep(every_s)
+
+    async def on_step(self, r: StepResult) -> None:
+        counts = await self.sample()
+        control = self.last_state.get("control") or {}
+        decisions = control.get("decisions") or []
+        choice = next((d.get("choice") for d in reversed(decisions) if d.get("choice")), None)
+        row = {
+            "step": r.step, "start_s": r.start - self.t0, "end_s": r.end - self.t0,
+            "duration_s": r.duration_s, "throughput": r.throughput,
+            "generated_tokens": r.rollout_generated_tokens, "training_tokens": r.training_tokens,
+            "rollout_s": r.rollout_end - r.rollout_start, "train_s": r.train_end - r.train_start,
+            "turns": r.turns, "errors": r.errors, "failed_trajectories": r.failed_trajectories,
+            "error_samples": list(r.error_samples[:2]),
+            "topology": label(counts), "roles": counts, "borrowing": bool(control.get("borrowing")),
+            "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
+        }
+        self.steps.append(row)
+        if self.verbose:
+            print(f"[{row['end_s'] / 60:6.1f} min] step {r.step:3d} {r.duration_s:7.1f} s "
+                  f"{r.throughput:8.0f} tok/s errors {r.errors:3d} {row['topology']:26s} "
+                  f"borrowing {'yes' if row['borrowing'] else 'no'}", file=sys.stderr, flush=True)
+
+
+def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean throughput over in-window steps after the first (step 0 starts cold), and the
+    time-weighted mean (total tokens / total time) over the same steps."""
+    measured = [s for s in steps[1:] if s["in_window"]] or steps[1:] or steps
+    tokens = sum(s["generated_tokens"] + s["training_tokens"] for s in measured)
+    duration = sum(s["duration_s"] for s in measured)
+    return {
+        "steps": len(steps), "measured_steps": len(measured),
+        "mean_throughput_tok_s": sum(s["throughput"] for s in measured) / len(measured) if measured else 0.0,
+        "token_weighted_throughput_tok_s": tokens / duration if duration > 0 else 0.0,
+        "mean_step_s": duration / len(measured) if measured else 0.0,
+        "errors": sum(s["errors"] for s in steps),
+        "failed_trajectories": sum(s["failed_trajectories"] for s in steps),
+    }
+
+
+async def _wait_ready(store: StateStore, timeout_s: float = 3600.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        table = store.table
+        topo = table.active_topology()
+        moving = [w for w in table.rollout_workers() if w.activity in (Activity.JOINING, Activity.SWITCHING)]
+        if (topo.colocated or (topo.prefill and topo.decode)) and not moving:
+            return
+        await asyncio.sleep(1.0)
+    raise RuntimeError(f"the cluster did not become ready: {store.table.to_dict()}")
+
+
+async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    sysdef = resolve_system(config)
+    m = model(config.model)
+    window_s = config.minutes * 60
+    start_h = config.start_h()
+    targets = worker_targets(read_bamboo(BAMBOO_P3), max_workers=config.max_preemptible_workers,
+                             start_s=start_h * 3600, length_s=window_s) if sysdef.follows_trace else []
+    real0, cpu0 = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory(prefix="pearl-replay-") as tmp, \
+            mock.patch.object(router_health, "time", _LoopTime()):
+        model_dir = Path(tmp) / "model"
+        model_dir.mkdir()
+        (model_dir / "config.json").write_text(json.dumps(
+            {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936}))
+        cluster = ClusterConfig.from_mapping(cluster_mapping(config, sysdef, model_dir))
+        store = StateStore(StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
+                                             overlap_gpus=cluster.zones.overlap))
+        launchers: list[InProcessEmulatorLauncher] = []
+
+        def factory(c: ClusterConfig, _session) -> InProcessEmulatorLauncher:
+            launchers.append(InProcessEmulatorLauncher(c.engine))
+            return launchers[-1]
+
+        router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
+                                     security=Security(admin_token=TOKEN), health_interval_s=10.0,
+                                     dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
+        app = build_app(router_config, store, cluster, launcher_factory=factory)
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        tasks: list[asyncio.Task] = []
+        client_config = ClientConfig(base_url=url, admin_token=TOKEN, timeout_s=120.0, wait_timeout_s=7200.0)
+        try:
+            await _wait_ready(store)
+            boot_s = loop.time()
+            async with AsyncPearlClient(url, config=client_config) as client:
+                t0 = loop.time()
+                recorder = Recorder(client, t0, window_s, verbose=verbose)
+                workload = SweWorkload(batch_size=config.batch_size, group_size=config.group_size, seed=config.seed,
+                                       rewrite_fraction=config.rewrite_fraction, **config.workload)
+                driver = AgenticRLDriver(
+                    url, workload=workload,
+                    trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
+                    config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps),
+                    time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
+                    on_step=recorder.on_step)
+                replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
+                if replayer is not None:
+                    tasks.append(asyncio.ensure_future(replayer.run()))
+                tasks.append(asyncio.ensure_future(recorder.sample_forever(config.sample_every_s)))
+
+                async def stop_after_window() -> None:
+                    await asyncio.sleep(window_s)
+                    driver.stop()
+
+                tasks.append(asyncio.ensure_future(stop_after_window()))
+                await driver.run()
+                end_s = loop.time() - t0
+                final_state = recorder.last_state
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await runner.cleanup()
+    stats = loop.stats if isinstance(loop, vtime.VirtualTimeLoop) else None
+    control = (final_state or {}).get("control") or {}
+    return {
+        "config": {**asdict(config), "system_resolved": asdict(sysdef), "trace_start_h": start_h},
+        "summary": summarize(recorder.steps),
+        "steps": recorder.steps,
+        "samples": recorder.samples,
+        "trace": {"targets": [asdict(t) for t in targets],
+                  "mean_preemptible_workers": mean_workers(targets, window_s) if targets else 0.0},
+        "reconfiguration_phases": control.get("phases", {}),
+        "migrations": (final_state or {}).get("migrations"),
+        "launches": sum(lc.launches for lc in launchers),
+        "run": {"virtual_s": end_s, "bootstrap_virtual_s": boot_s, "real_s": time.perf_counter() - real0,
+                "cpu_s": time.process_time() - cpu0, "loop": asdict(stats) if stats else None},
+    }
+
+
+def replay(config: ReplayConfig, *, verbose: bool = False) -> dict[str, Any]:
+    """Run one replay on a fresh virtual-time loop; returns the JSON-able result."""
+    return vtime.run(replay_async(config, verbose=verbose))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.replay", description=__doc__.splitlines()[0])
+    parser.add_argument("--system", default="pearl",
+                        help="roll, roll-large (the segment's size) or roll-large-N, rlboost, pearl, "
+                             "pearl-forced-pd, pearl-ungated, pearl-no-borrow")
+    parser.add_argument("--model", default="qwen3-8b", choices=["qwen3-8b", "qwen3-30b-a3b"])
+    parser.add_argument("--segment", type=int, default=1, choices=sorted(SEGMENTS))
+    parser.add_argument("--trace-start-h", type=float, default=None)
+    parser.add_argument("--minutes", type=float, default=SEGMENT_LENGTH_S / 60)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--group-size", type=int, default=16)
+    parser.add_argument("--rewrite-fraction", type=float, default=0.0)
+    parser.add_argument("--train-step-s", type=float, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stream-interval", type=int, default=64)
+    parser.add_argument("--no-cold-start", action="store_true")
+    parser.add_argument("--out", default=None, help="write the result JSON here")
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--profile", default=None, help="write a cProfile of the run here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
+    config = ReplayConfig(system=args.system, model=args.model, segment=args.segment,
+                          trace_start_h=args.trace_start_h, minutes=args.minutes, batch_size=args.batch_size,
+                          group_size=args.group_size, rewrite_fraction=args.rewrite_fraction,
+                          train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
+                          stream_interval=args.stream_interval, cold_start=not args.no_cold_start)
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        result = prof.runcall(replay, config, verbose=not args.quiet)
+        prof.dump_stats(args.profile)
+    else:
+        result = replay(config, verbose=not args.quiet)
+    s, run = result["summary"], result["run"]
+    print(f"{config.system} {config.model} segment {config.segment} ({result['config']['trace_start_h']} h, "
+          f"{config.minutes:g} min): {s['steps']} steps, mean {s['mean_throughput_tok_s']:.0f} tok/s "
+          f"(token-weighted {s['token_weighted_throughput_tok_s']:.0f}), errors {s['errors']}; "
+          f"replayed {run['virtual_s'] / 60:.1f} virtual min in {run['real_s']:.1f} s real "
+          f"({run['cpu_s']:.1f} s CPU)", flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

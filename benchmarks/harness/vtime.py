@@ -1,0 +1,162 @@
+"""A virtual-time asyncio event loop: timers fire in order, but waiting costs nothing.
+
+``VirtualTimeLoop`` is a ``SelectorEventLoop`` whose ``time()`` is a virtual clock.  Its
+selector first polls real I/O without blocking; when nothing is readable or writable and
+the loop has no ready callbacks (asyncio only asks the selector to wait when its ready
+queue is empty), the clock jumps to the earliest scheduled timer instead of sleeping.
+So ``asyncio.sleep(3600)`` returns at once with ``loop.time()`` one hour later, while
+sockets (loopback HTTP between in-process servers) still work: their traffic is real but
+takes no virtual time.
+
+Ordering rules that keep the simulation causal:
+
+* the clock only moves when two consecutive non-blocking polls found no I/O event and
+  the loop had no ready handle, so bytes already written to a loopback socket are read
+  before any later timer fires;
+* while a job submitted through ``run_in_executor`` (``asyncio.to_thread``, DNS
+  look-ups) is running, the clock stands still and the loop waits for it in real time:
+  thread work takes no virtual time and cannot be overtaken by timers;
+* with nothing scheduled at all the loop blocks on real I/O, as a normal loop would.
+
+Caveats: CPU time is free (a callback that computes for a real second takes no virtual
+time), so only code that *waits* through the loop is timed; anything that reads the
+wall clock (``time.monotonic()``, ``time.time()``) or blocks the thread
+(``time.sleep``) does not follow the virtual clock.  Everything in one process must run
+on this loop: another thread's loop keeps real time.
+"""
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Coroutine, Optional, TypeVar
+
+T = TypeVar("T")
+
+# While an executor job runs, wait for it in slices of this many real seconds.
+_EXECUTOR_POLL_S = 0.05
+
+
+@dataclass
+class LoopStats:
+    polls: int = 0            # non-blocking I/O polls
+    io_batches: int = 0       # polls that returned events
+    jumps: int = 0            # times the clock jumped to the next timer
+    jumped_s: float = 0.0     # virtual seconds skipped by jumps
+    executor_waits: int = 0   # real waits for executor jobs
+    blocking_waits: int = 0   # real blocking selects (nothing scheduled)
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """Delegates to the default selector; ``select`` never sleeps while a timer is pending."""
+
+    def __init__(self, loop: "VirtualTimeLoop") -> None:
+        self._sel = selectors.DefaultSelector()
+        self._loop = loop
+
+    # -- delegation -------------------------------------------------------------------
+    def register(self, fileobj, events, data=None):
+        return self._sel.register(fileobj, events, data)
+
+    def unregister(self, fileobj):
+        return self._sel.unregister(fileobj)
+
+    def modify(self, fileobj, events, data=None):
+        return self._sel.modify(fileobj, events, data)
+
+    def get_key(self, fileobj):
+        return self._sel.get_key(fileobj)
+
+    def get_map(self):
+        return self._sel.get_map()
+
+    def close(self) -> None:
+        self._sel.close()
+
+    # -- the virtual part -------------------------------------------------------------
+    def select(self, timeout: Optional[float] = None):
+        loop, sel, stats = self._loop, self._sel, self._loop.stats
+        stats.polls += 1
+        events = sel.select(0)
+        if events:
+            stats.io_batches += 1
+            return events
+        if timeout is not None and timeout <= 0:
+            return events
+        # Nothing ready and the loop would sleep: poll once more (a loopback peer's
+        # bytes must never be overtaken by a timer), then jump instead of sleeping.
+        events = sel.select(0)
+        if events:
+            stats.io_batches += 1
+            return events
+        if loop._executor_jobs:  # noqa: SLF001 - thread work takes no virtual time
+            stats.executor_waits += 1
+            return sel.select(_EXECUTOR_POLL_S)
+        if timeout is None:
+            stats.blocking_waits += 1
+            return sel.select(None)
+        loop._jump(timeout)  # noqa: SLF001
+        return []
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock that starts at ``start`` seconds."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._vnow = float(start)
+        self._executor_jobs = 0
+        self.stats = LoopStats()
+        super().__init__(selector=_VirtualSelector(self))
+
+    def time(self) -> float:
+        return self._vnow
+
+    def _jump(self, timeout: float) -> None:
+        target = self._vnow + timeout
+        scheduled = self._scheduled  # asyncio's timer heap, head is the earliest
+        if scheduled:
+            when = scheduled[0]._when  # noqa: SLF001 - exact, avoids float drift
+            if when > self._vnow and abs(when - target) <= 1e-6 * max(1.0, abs(when)):
+                target = when
+        if target > self._vnow:
+            self.stats.jumps += 1
+            self.stats.jumped_s += target - self._vnow
+            self._vnow = target
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by hand (tests); timers due by then fire next."""
+        if seconds < 0:
+            raise ValueError("time cannot move backwards")
+        self._vnow += seconds
+
+    def run_in_executor(self, executor, func, *args):
+        fut = super().run_in_executor(executor, func, *args)
+        self._executor_jobs += 1
+        fut.add_done_callback(self._executor_done)
+        return fut
+
+    def _executor_done(self, _fut: Any) -> None:
+        self._executor_jobs -= 1
+
+
+def run(main: Coroutine[Any, Any, T], *, start: float = 0.0, debug: bool = False) -> T:
+    """``asyncio.run`` on a fresh ``VirtualTimeLoop``."""
+    with asyncio.Runner(debug=debug, loop_factory=lambda: VirtualTimeLoop(start)) as runner:
+        return runner.run(main)
+
+
+def wall_time(fn: Callable[[], Awaitable[T]] | Coroutine[Any, Any, T]) -> tuple[T, float, float]:
+    """Run a coroutine on a virtual loop; return (result, real seconds, virtual seconds)."""
+    loop_box: list[VirtualTimeLoop] = []
+
+    def factory() -> VirtualTimeLoop:
+        loop_box.append(VirtualTimeLoop())
+        return loop_box[-1]
+
+    coro = fn() if callable(fn) else fn
+    t0 = time.perf_counter()
+    with asyncio.Runner(loop_factory=factory) as runner:
+        result = runner.run(coro)
+        virtual = loop_box[0].time()
+    return result, time.perf_counter() - t0, virtual

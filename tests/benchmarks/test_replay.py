@@ -1,0 +1,52 @@
+"""A tiny replay: the real router and control plane over in-process emulated workers on
+virtual time finish training steps in a few real seconds."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from benchmarks.harness.replay import ReplayConfig, cluster_mapping, replay, resolve_system
+from benchmarks.harness.systems import SEGMENTS, core_profile, system
+from pearl_sglang.control.cluster_config import ClusterConfig
+
+
+@pytest.mark.parametrize("name", ["pearl", "rlboost"])
+def test_tiny_replay_finishes_steps_quickly(name):
+    # Short trajectories keep the run to a few CPU seconds; the window still spans trace changes.
+    config = ReplayConfig(system=name, segment=1, minutes=5, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 6, "turns_max": 10})
+    real = time.perf_counter()
+    result = replay(config)
+    real = time.perf_counter() - real
+    summary = result["summary"]
+    assert summary["steps"] > 0
+    assert summary["errors"] == 0 and summary["failed_trajectories"] == 0
+    step = result["steps"][0]
+    assert step["throughput"] > 0 and step["generated_tokens"] > 0 and step["training_tokens"] > 0
+    # The run covered the whole window in virtual time, in a few real seconds.
+    assert result["run"]["virtual_s"] >= 5 * 60
+    assert result["run"]["loop"]["jumps"] > 0
+    # ~6 CPU s; ~7 s real on an idle 2-core machine. Real time is only a hang guard, since
+    # the machine is shared (under a load of 8 the same run took ~35 s real).
+    assert result["run"]["cpu_s"] < 20, result["run"]
+    assert real < 120, f"replay took {real:.1f} s real"
+    if name == "rlboost":
+        assert result["trace"]["targets"], "rlboost follows the preemptible trace"
+        assert not any(s["borrowing"] for s in result["steps"])
+        assert all(set(s["roles"]) <= {"C"} for s in result["steps"])
+
+
+def test_systems_map_to_cluster_configs(tmp_path):
+    for name, expect in [("roll", (4, 0, "colocated", False)), ("rlboost", (4, 0, "colocated", False)),
+                         ("pearl", (4, 16, "auto", True)), ("pearl-forced-pd", (4, 16, "disaggregated", True)),
+                         ("roll-large-14", (14, 0, "colocated", False))]:
+        sysdef = system(name)
+        cluster = ClusterConfig.from_mapping(cluster_mapping(ReplayConfig(system=name), sysdef, tmp_path))
+        assert (len(cluster.zones.dedicated), len(cluster.zones.overlap), cluster.pd_mode,
+                cluster.gate.borrow) == expect, name
+        assert cluster.engine.emulator["time_scale"] == 1 and cluster.time_scale == 1.0
+    assert resolve_system(ReplayConfig(system="roll-large", segment=2)).rollout_gpus == 10
+    assert system("pearl-ungated").gate == {"enabled": False, "borrow": True}
+    assert set(SEGMENTS) == {1, 2, 3}
+    assert core_profile("qwen3-30b-a3b", 64).K == 98_304
