@@ -82,7 +82,8 @@ def _prompts(body: Mapping[str, Any]) -> tuple[list[str] | None, list[list[int]]
     else:
         raise BadRequest("'input_ids' must be a list of integers or a list of such lists")
     for row in rows:
-        if not row or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in row):
+        # ``type(t) is int`` also refuses bools; this runs over every token of long contexts.
+        if not row or not all(type(t) is int for t in row) or min(row) < 0:
             raise BadRequest("'input_ids' rows must be non-empty lists of non-negative integers")
     return None, rows, batch
 
