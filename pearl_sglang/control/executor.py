@@ -68,7 +68,7 @@ class PlanExecutor:
             log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
         return drained
 
-    async def _kill(self, slot: int) -> None:
+    async def kill(self, slot: int) -> None:
         if self.launcher is not None:
             await self.launcher.stop(slot)
 
@@ -84,9 +84,9 @@ class PlanExecutor:
                     return WorkerLeft(slot)
                 except WorkerOpError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
-                    await self._kill(slot)
+                    await self.kill(slot)
                     return WorkerFailed(slot)
-            await self._kill(slot)
+            await self.kill(slot)
             return WorkerLeft(slot)
 
     async def _actual_role(self, url: str) -> Role:
@@ -193,6 +193,6 @@ class PlanExecutor:
             table.worker(s).activity is Activity.JOINING
             or (table.worker(s).activity is Activity.SWITCHING and not table.worker(s).held))]
         for slot in doomed:
-            await self._kill(slot)
+            await self.kill(slot)
         if doomed:
             await self.store.apply([WorkerFailed(s) for s in doomed])

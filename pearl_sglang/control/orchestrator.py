@@ -167,15 +167,24 @@ class Orchestrator:
 
     # -- execution -------------------------------------------------------------------------
     async def _deactivate_leaving(self, operation: str, deadline_s: float) -> list[int]:
+        """Deactivate every LEAVING worker. The deadline wins over draining: whatever is
+        still leaving when it comes is stopped at once (its requests move elsewhere with
+        their partial output), so the GPUs are free when this returns."""
         leaving = [w.slot for w in self.store.table.rollout_workers() if w.activity is Activity.LEAVING]
         if not leaving:
             return []
-        events = await asyncio.wait_for(
-            gather_settled(*(self.executor.deactivate(s, operation) for s in leaving)), deadline_s)
-        failed = [e for e in events if isinstance(e, BaseException)]
-        await self.store.apply([e for e in events if not isinstance(e, BaseException)])
-        if failed:
-            raise failed[0]
+        jobs = [asyncio.ensure_future(self.executor.deactivate(s, operation)) for s in leaving]
+        done, pending = await asyncio.wait(jobs, timeout=deadline_s)
+        for job in pending:
+            job.cancel()
+        await gather_settled(*pending)
+        events = [job.result() for job in done if not job.cancelled() and job.exception() is None]
+        forced = [s for s, job in zip(leaving, jobs) if job in pending or job.cancelled() or job.exception()]
+        for slot in forced:
+            log.warning("%s: slot %s not deactivated by its deadline; stopping it", operation, slot)
+            await self.executor.kill(slot)
+        events += [WorkerFailed(s) for s in forced if self.store.table.has(s)]
+        await self.store.apply(events)
         return leaving
 
     async def _grow(self, p: Plan, operation: str) -> list[int]:
@@ -372,7 +381,8 @@ class Orchestrator:
             await self.store.apply([GpusLeave(tuple(gpus))])
             p = await self._begin("gpus_leave", borrow=self.borrowing)
             async with self.phases.phase("inter_scale", "shrink"):
-                removed = await self._deactivate_leaving("inter_scale", deadline_s)
+                # Leave time to stop stragglers and answer within the caller's deadline.
+                removed = await self._deactivate_leaving("inter_scale", deadline_s * 0.8)
             self._start_growth(p, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
@@ -380,7 +390,7 @@ class Orchestrator:
         return await self._once(request_id, lambda: self._update_weights(snapshot))
 
     async def _update_weights(self, snapshot: WeightSnapshot) -> dict[str, Any]:
-        self.snapshot = snapshot  # joining and re-activated workers sync to this
+        previous, self.snapshot = self.snapshot, snapshot  # joiners and re-activations sync to it
         self._persist()
         workers = self.store.table.active()
         ops = self.executor.ops
@@ -395,17 +405,26 @@ class Orchestrator:
 
         with self.executor.router.breakers.planned_pause(w.slot for w in workers):
             results = await asyncio.gather(*(one(w) for w in workers))
+        answer = {str(w.slot): r for w, r in zip(workers, results)}
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
         failed = [w.slot for w, r in zip(workers, results) if r != "ok"]
+        if workers and not ok:
+            # Nobody could load it: the snapshot is unusable, the fleet keeps its weights.
+            self.snapshot = previous
+            self._persist()
+            return {"version": snapshot.version, "latest": previous.version, "applied": False, "workers": answer}
         if ok:
             await self.store.apply([WeightsUpdated(ok, snapshot.version)])
         if failed:
-            # A worker on old weights must not serve: take it out; the next plan relaunches it.
-            await self.store.apply([WorkerFailed(s) for s in failed if self.store.table.has(s)])
-            for s in failed:
-                await self.executor._kill(s)  # noqa: SLF001 - same package
-        return {"version": snapshot.version, "latest": snapshot.version,
-                "workers": {str(w.slot): r for w, r in zip(workers, results)}}
+            # A worker on old weights must not serve: it leaves, and a new plan brings a
+            # replacement up at the latest snapshot on the same GPUs.
+            async with self._lock:
+                await self.store.apply([WorkerFailed(s) for s in failed if self.store.table.has(s)])
+                for s in failed:
+                    await self.executor.kill(s)
+                p = await self._begin("weights_repair", borrow=self.borrowing)
+                self._start_growth(p, "weights_repair")
+        return {"version": snapshot.version, "latest": snapshot.version, "applied": True, "workers": answer}
 
     async def set_pd_mode(self, mode: str) -> dict[str, Any]:
         """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the

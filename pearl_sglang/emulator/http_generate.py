@@ -219,13 +219,18 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest({"error": {"message": "messages must be a non-empty list"}})
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise BadRequest({"error": {"message": "each message must be an object with a string 'role'"}})
         prompts = [codec.encode(codec.render_chat(messages))]
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, str):
             prompts = [codec.encode(prompt)]
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
+            vocab = worker.engine.config.vocab_size or worker.profile.vocab_size
+            if min(prompt) < 0 or max(prompt) >= vocab:
+                raise BadRequest({"error": {"message": f"token ids must be in [0, {vocab})"}})
             prompts = [prompt]
         elif isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
             prompts = [codec.encode(t) for t in prompt]

@@ -133,8 +133,9 @@ async def gpus(request: web.Request) -> web.Response:
         return await _run(orch.gpus_join(gpus=_gpus(body), request_id=rid))
     if action == "leave":
         deadline = _positive(body, "deadline_s", orch.config.deadlines.leave_s)
+        # The control plane stops stragglers at 80% of the deadline; the rest is margin.
         return await _run(orch.gpus_leave(gpus=_gpus(body), deadline_s=deadline, request_id=rid),
-                          deadline_s=deadline)
+                          deadline_s=deadline + 10.0)
     raise BadRequest("'action' must be 'join' or 'leave'")
 
 

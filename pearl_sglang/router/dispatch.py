@@ -132,7 +132,10 @@ class Dispatcher:
                 except (WorkerUnavailable, WorkerFailed) as e:
                     slot = int(e.worker_id)
                     failed.add(slot)
-                    self.on_worker_failure(slot)
+                    if isinstance(e, WorkerUnavailable):
+                        # Only an unreachable worker is suspect; one that answered 5xx to
+                        # this request is alive and must stay in routing for everyone else.
+                        self.on_worker_failure(slot)
                 if final is not None:
                     reason = _finish_reason(final)
                     if (reason.get("type") != "abort" or entry.cause is EndCause.CLIENT_ABORT

@@ -19,7 +19,8 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.router.errors import (
-    BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerRejected,
+    BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
+    WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import parse_generate
 from pearl_sglang.router.inflight import EndCause
@@ -201,14 +202,13 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
             return _rejected(e)
         except WorkerError as e:
             failed.add(int(e.worker_id))
-            st.breakers.failure(int(e.worker_id))
+            if isinstance(e, WorkerUnavailable):
+                st.breakers.failure(int(e.worker_id))
             last_error = e
     raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
 
 
 async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[str, Any]) -> web.StreamResponse:
-    from pearl_sglang.router.errors import WorkerFailed, WorkerUnavailable
-
     timeouts = st.config.timeouts
     main = target.decode if target.is_pd else target.worker
     prefill_task = None

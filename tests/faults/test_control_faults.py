@@ -93,10 +93,6 @@ async def test_failed_weight_push_keeps_the_fleet_on_one_reported_version(tiny_m
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.xfail(strict=True, reason=(
-    "control plane: Orchestrator._update_weights drops a worker whose push failed (WorkerFailed) "
-    "and kills it, but starts no plan, so its GPU stays idle until the next event; the worker "
-    "never catches up on its own"))
 async def test_worker_whose_weight_push_failed_catches_up_and_rejoins(tiny_model_dir, tiny_model_variant_dir):
     config = cluster_config(tiny_model_dir, dedicated=3, overlap=0)
     async with running_cluster(config, launcher_factory=faulty(fail_first_weight_push_on("d0:1"))) as c:
@@ -107,11 +103,6 @@ async def test_worker_whose_weight_push_failed_catches_up_and_rejoins(tiny_model
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.xfail(strict=True, reason=(
-    "control plane: a push that fails on every worker (e.g. a model_path they cannot read) drops "
-    "and kills the whole fleet and records the unloadable snapshot as the latest, so relaunches "
-    "fail too; expected: the snapshot is only recorded once a worker loaded it, and the fleet "
-    "keeps serving the previous version"))
 async def test_push_that_fails_everywhere_leaves_the_fleet_serving_the_previous_version(tiny_model_dir, tmp_path):
     config = cluster_config(tiny_model_dir, dedicated=2, overlap=0)
     async with running_cluster(config, launcher_factory=faulty(lambda *a: None)) as c:
@@ -162,11 +153,7 @@ async def _request_on_a_worker(c, ids, n):
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("drain_s,deadline_s", [
     pytest.param(1.0, 10.0, id="drain-deadline-first"),
-    pytest.param(30.0, 1.5, id="reclaim-deadline-first", marks=pytest.mark.xfail(strict=True, reason=(
-        "control plane: gpus_leave wraps the deactivation in asyncio.wait_for(deadline_s); when the "
-        "caller's deadline passes before deadlines.drain_s the deactivation is cancelled mid-drain, the "
-        "admin call answers 504 and the worker is neither stopped nor removed (it keeps its reclaimed "
-        "GPU in LEAVING); the reclaim should force-stop at min(deadline_s, drain_s)"))),
+    pytest.param(30.0, 1.5, id="reclaim-deadline-first"),
 ])
 async def test_reclaim_of_a_worker_that_refuses_to_drain_forces_it_off_keeping_partial_output(
         drain_s, deadline_s, tiny_model_dir):

@@ -13,7 +13,7 @@ import pytest
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
 from tests.faults.support import (
-    assert_continuous, collect_sse, fault_config, long_body, reference, running, until,
+    assert_continuous, collect_sse, fault_config, long_body, reference,
 )
 from tests.router.conftest import running_router
 from tests.support.emulated import emulator, emulators
@@ -50,6 +50,7 @@ async def test_mid_stream_fault_moves_the_request_token_exact(fault):
                 events = await collect_sse(c, url + "/generate", body, on_chunk=inject)
             elapsed = loop.time() - started
             assert len(app[ROUTER].inflight) == 0
+        w0.engine.abort(abort_all=True)  # an orphan left on a hung worker (see below)
     chunks = assert_continuous(events)
     assert injected_at and injected_at[0] < 600, "the fault was never injected mid-stream"
     assert chunks[-1]["output_ids"] == expected["output_ids"]
@@ -126,6 +127,9 @@ async def test_worker_hung_mid_stream_with_no_alternative_ends_with_partial_outp
                 events = await asyncio.wait_for(
                     collect_sse(c, url + "/generate", long_body(PROMPT, 600), on_chunk=inject), 10)
             assert len(app[ROUTER].inflight) == 0
+        # The partitioned worker never learnt that the router gave up: end its orphan
+        # request so that its graceful shutdown does not wait for it.
+        w0.engine.abort(abort_all=True)
     assert events[-1] == "[DONE]"
     assert events[-2]["error"]["type"] == "upstream_failed"
     assert len(events[-3]["output_ids"]) >= 20

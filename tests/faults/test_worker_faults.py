@@ -112,3 +112,22 @@ async def test_failed_only_prefill_is_a_bounded_error_and_frees_the_decode():
     assert elapsed < 5, elapsed
     assert r.status_code == 502 and r.json()["error"]["type"] == "upstream_failed", r.text
     assert idle
+
+
+@pytest.mark.timeout(30)
+async def test_a_request_the_worker_fails_does_not_take_the_worker_out_for_others():
+    config = fault_config(route_wait_s=2.0)
+    async with emulator("--time-scale", "20") as (u0, w0):
+        submit = w0.engine.submit
+
+        def crash_on_poison(req, **kw):
+            if tuple(req.input_ids) == (666, 666):
+                raise RuntimeError("injected: the scheduler crashed on this request")
+            return submit(req, **kw)
+        w0.engine.submit = crash_on_poison  # the worker answers 500 to that request only
+        async with running_router(regular=[u0], config=config) as (url, app, _):
+            async with httpx.AsyncClient(timeout=30) as c:
+                poison = await c.post(url + "/generate", json=long_body([666, 666], 4))
+                after = await c.post(url + "/generate", json=long_body([1, 2, 3], 4))
+    assert poison.status_code == 502, poison.text
+    assert after.status_code == 200, after.text
