@@ -282,8 +282,8 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
         f"max_new_tokens={args.max_new_tokens}, C={args.concurrency}, throughput C={args.tp_concurrency}, "
         f"repeats={args.repeats} (medians), cpus={os.cpu_count()}",
         "",
-        f"| mode | target | p50@C ms | p99@C ms | added p50@C | added p99@C | p50@1 ms | p99@1 ms "
-        f"| added p50@1 | max rps | stream chunks |",
+        "| mode | target | p50@C ms | p99@C ms | added p50@C | added p99@C | p50@1 ms | p99@1 ms "
+        "| added p50@1 | max rps | stream chunks |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode in MODES:

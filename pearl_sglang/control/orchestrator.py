@@ -17,39 +17,28 @@ from dataclasses import fields, replace
 from typing import Any, Awaitable, Callable
 
 from pearl_sglang.aio import gather_settled
+from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.control.weights import WeightSnapshot, push_to_workers
 from pearl_sglang.control.worker_ops import WorkerOpError
-from pearl_sglang.core.decision import Decision, decide
+from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
     BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerFailed,
 )
-from pearl_sglang.core.gate import ToggleCostEstimator, gate_for_profile
+from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
-from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
+from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
 
 log = logging.getLogger("pearl.control")
-
-
-def scaled(step: StepTelemetry, time_scale: float) -> StepTelemetry:
-    """Telemetry measured on the control plane's clock, in the workload's seconds."""
-    if time_scale == 1.0:
-        return step
-    k = time_scale
-    return StepTelemetry(
-        turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k)
-                    for t in step.turns),
-        decode=tuple(replace(d, iteration_s=d.iteration_s * k) for d in step.decode),
-        prefill=tuple(replace(p, seconds=p.seconds * k) for p in step.prefill))
 
 
 class OutOfOrder(RuntimeError):
@@ -135,20 +124,7 @@ class Orchestrator:
     def _decide(self, operation: str, budget: int) -> Decision | None:
         if budget == 0:
             return None
-        table = self.store.table
-        current = table.topology()
-        mode = self.config.pd_mode
-        profile = self.profile()
-        decision = decide(profile, budget=budget, current=current if current.total else None,
-                          thresholds=self.config.thresholds)
-        if mode == "colocated" or (mode == "disaggregated" and budget < 2):
-            decision = replace(decision, choice=Topology(0, 0, budget), reason=f"pd_mode={mode}")
-        elif mode == "disaggregated":
-            pd = [c for c in decision.candidates if not c.topology.colocated]
-            # Forced PD (the ablation): the best feasible ratio, else the best ratio at all.
-            best = min(pd, key=lambda c: (not c.feasible, c.predicted_makespan_s))
-            if best.topology != decision.choice:
-                decision = replace(decision, choice=best.topology, reason=f"pd_mode={mode}: best ratio")
+        decision = policy.target_topology(self.config, self.store.table, self.profile(), budget)
         record = {"operation": operation, "budget": budget, **decision.to_dict()}
         self.decisions.append(record)
         self._last_prediction_s = decision.predicted_makespan_s
@@ -299,7 +275,7 @@ class Orchestrator:
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
-        step = scaled(self.executor.router.telemetry.drain(), self.config.time_scale)
+        step = self.executor.router.telemetry.drain().scaled(self.config.time_scale)
         if step.turns:
             try:
                 self.tracker = self.tracker.observe(step)
@@ -336,20 +312,11 @@ class Orchestrator:
         return {"step": step, "borrowing": borrow, "reason": reason}
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
-        gate = self.config.gate
-        table = self.store.table
-        if not gate.borrow or not table.overlap_gpus:
-            return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs"
-        if not gate.enabled:
-            return True, "ungated borrowing"
-        profile = self.profile()
-        ded = table.budget(frozenset(table.dedicated_gpus))
-        full = table.budget(table.available_gpus())
-        r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
-        decision = gate_for_profile(profile, dedicated_workers=max(ded, 1), overlap_workers=full - ded,
-                                    remaining=r, toggle_cost_s=self.toggle.estimate_s)
-        self.decisions.append({"operation": "borrow_gate", **decision.to_dict()})
-        return decision.borrow, decision.reason
+        ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
+                                             toggle_cost_s=self.toggle.estimate_s, remaining=remaining)
+        if decision is not None:
+            self.decisions.append({"operation": "borrow_gate", **decision.to_dict()})
+        return ok, reason
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
         return await self._once(request_id, lambda: self._gpus_join(gpus))
@@ -393,18 +360,8 @@ class Orchestrator:
         previous, self.snapshot = self.snapshot, snapshot  # joiners and re-activations sync to it
         self._persist()
         workers = self.store.table.active()
-        ops = self.executor.ops
-
-        async def one(w) -> str:
-            try:
-                await ops.update_from_disk(w.endpoint, model_path=snapshot.model_path, version=snapshot.version,
-                                           load_format=snapshot.load_format)
-                return "ok"
-            except WorkerOpError as e:
-                return str(e)
-
         with self.executor.router.breakers.planned_pause(w.slot for w in workers):
-            results = await asyncio.gather(*(one(w) for w in workers))
+            results = await push_to_workers(self.executor.ops, [w.endpoint for w in workers], snapshot)
         answer = {str(w.slot): r for w, r in zip(workers, results)}
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
         failed = [w.slot for w, r in zip(workers, results) if r != "ok"]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pearl_sglang.control.worker_ops import WorkerOps
+import asyncio
+
+from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,17 @@ async def sync_worker(ops: WorkerOps, url: str, snapshot: WeightSnapshot, *, rel
         return
     await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,
                                load_format=snapshot.load_format)
+
+
+async def push_to_workers(ops: WorkerOps, urls: list[str], snapshot: WeightSnapshot) -> list[str]:
+    """Load ``snapshot`` on every worker at once; per worker ``"ok"`` or the error."""
+
+    async def one(url: str) -> str:
+        try:
+            await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,
+                                       load_format=snapshot.load_format)
+            return "ok"
+        except WorkerOpError as e:
+            return str(e)
+
+    return list(await asyncio.gather(*(one(u) for u in urls)))

@@ -32,7 +32,7 @@ from typing import Any
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.makespan import Candidate, Constraints, evaluate
 from pearl_sglang.core.profile import Profile
-from pearl_sglang.core.topology import Mode, Topology
+from pearl_sglang.core.topology import Topology
 
 
 @dataclass(frozen=True)

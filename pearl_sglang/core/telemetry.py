@@ -68,6 +68,17 @@ class StepTelemetry:
     decode: tuple[DecodeSample, ...] = ()
     prefill: tuple[PrefillSample, ...] = ()
 
+    def scaled(self, k: float) -> "StepTelemetry":
+        """Durations multiplied by ``k``: telemetry measured on a clock running ``k`` times
+        slower than the workload (an emulator's time scale), in the workload's seconds."""
+        if k == 1.0:
+            return self
+        return StepTelemetry(
+            turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k)
+                        for t in self.turns),
+            decode=tuple(replace(d, iteration_s=d.iteration_s * k) for d in self.decode),
+            prefill=tuple(replace(p, seconds=p.seconds * k) for p in self.prefill))
+
 
 @dataclass(frozen=True)
 class WorkloadEstimate:

@@ -1,7 +1,6 @@
 """What the demo shows: a line per step, sampled roles over time, a summary and a plot."""
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -26,7 +26,7 @@ import sys
 from aiohttp import web
 
 from pearl_sglang.control.attach import attached_table
-from pearl_sglang.control.cluster_config import ClusterConfig, ConfigError, apply_policy
+from pearl_sglang.control.cluster_config import ClusterConfig, apply_policy
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import AsyncIterator, Callable
 
 import aiohttp

@@ -21,7 +21,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
-    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected, WorkerUnavailable,
+    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry

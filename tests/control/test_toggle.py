@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from pearl_sglang.core.state import Activity, Role, Zone
+from pearl_sglang.core.state import Activity, Zone
 from tests.control.conftest import cluster_config, running_cluster
 
 

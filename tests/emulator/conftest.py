@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import socket
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 

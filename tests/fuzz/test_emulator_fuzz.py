@@ -7,7 +7,6 @@ import contextlib
 from collections import Counter
 
 import pytest
-import json
 
 from hypothesis import given, settings, strategies as st
 

@@ -8,7 +8,6 @@ import json
 import random
 
 import httpx
-import pytest
 
 from pearl_sglang.core.events import GpusLeave, WorkerLeft
 from pearl_sglang.router.drain import migrate_off, wait_drained

@@ -1,0 +1,48 @@
+"""What the control plane asks the pure core for each event: a target topology under the
+configured PD mode, and whether to borrow the training GPUs. No I/O; the orchestrator
+records the answers and acts on them."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.core.decision import Decision, decide
+from pearl_sglang.core.gate import GateDecision, gate_for_profile
+from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.state import StateTable
+from pearl_sglang.core.topology import Topology
+
+
+def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int) -> Decision:
+    """``pd_mode`` "auto" is the decision engine's choice (with hysteresis against the
+    table's topology); "colocated" and "disaggregated" pin the mode (the baselines and the
+    forced-PD ablation) and keep the engine's candidates for the record."""
+    current = table.topology()
+    decision = decide(profile, budget=budget, current=current if current.total else None,
+                      thresholds=config.thresholds)
+    mode = config.pd_mode
+    if mode == "colocated" or (mode == "disaggregated" and budget < 2):
+        return replace(decision, choice=Topology(0, 0, budget), reason=f"pd_mode={mode}")
+    if mode == "disaggregated":
+        pd = [c for c in decision.candidates if not c.topology.colocated]
+        # Forced PD: the best feasible ratio, else the best ratio at all.
+        best = min(pd, key=lambda c: (not c.feasible, c.predicted_makespan_s))
+        if best.topology != decision.choice:
+            return replace(decision, choice=best.topology, reason=f"pd_mode={mode}: best ratio")
+    return decision
+
+
+def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
+           remaining: float | None) -> tuple[bool, str, GateDecision | None]:
+    """Equation (7) on the current budgets, unless borrowing is off or ungated."""
+    gate = config.gate
+    if not gate.borrow or not table.overlap_gpus:
+        return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs", None
+    if not gate.enabled:
+        return True, "ungated borrowing", None
+    ded = table.budget(frozenset(table.dedicated_gpus))
+    full = table.budget(table.available_gpus())
+    r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
+    decision = gate_for_profile(profile, dedicated_workers=max(ded, 1), overlap_workers=full - ded,
+                                remaining=r, toggle_cost_s=toggle_cost_s)
+    return decision.borrow, decision.reason, decision
