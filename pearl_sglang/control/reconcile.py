@@ -10,6 +10,8 @@ may still hold memory on it, and no request reaches a worker in an unknown state
 * a SWITCHING worker stays SWITCHING: the next plan's execution switches it (a switch
   checks the actual role first, so one that had completed is only re-admitted);
 * LEAVING workers stay LEAVING and are deactivated by the orchestrator right after;
+* an adopted worker's weight version is what it reports, not what was recorded (a push
+  may have landed after the last record);
 * an ACTIVE worker whose actual role differs from the record is stopped;
 * an INACTIVE overlap process (released memory, kept for reuse) cannot prove that its
   memory is released, so it is stopped: process retention is traded for safety once.
@@ -23,7 +25,7 @@ from typing import Any
 
 from pearl_sglang.control.processes import kill_group
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
-from pearl_sglang.core.events import Event, WorkerFailed, apply_all
+from pearl_sglang.core.events import Event, WeightsUpdated, WorkerFailed, apply_all
 from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord
 
 log = logging.getLogger("pearl.control")
@@ -73,6 +75,10 @@ async def reconcile(table: StateTable, workers: dict[str, dict[str, Any]], ops: 
         else:
             if pid:
                 out.adopted[w.slot] = pid
+            actual_version = info.get("weight_version")
+            if actual_version and actual_version != w.weight_version:
+                events.append(WeightsUpdated((w.slot,), str(actual_version)))
+                out.notes.append(f"slot {w.slot}: serves weights {actual_version}, not {w.weight_version}")
     known = {str(w.slot) for w in table.rollout_workers()}
     for slot, entry in workers.items():
         if slot not in known and entry.get("pid"):

@@ -134,3 +134,23 @@ def test_sigkill_during_train_finished_activation_recovers(tmp_path, tiny_model_
         router.stop()
     time.sleep(0.5)
     assert not leftovers(tiny_model_dir)
+
+
+def test_restart_takes_weight_versions_from_the_workers(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir, cold_start_s=0)
+    router = start_router(tmp_path, config, "router-1")
+    try:
+        table = settled(router)
+        worker = next(w for w in table["workers"] if w["role"] != "training")
+        router.kill()
+        # A push that reached the worker after the record was written.
+        httpx.post(worker["endpoint"] + "/update_weight_version",
+                   json={"new_version": "v-late", "abort_all_requests": False}, timeout=10)
+        router = start_router(tmp_path, config, "router-2")
+        table = settled(router)
+        versions = {w["slot"]: w["weight_version"] for w in table["workers"]}
+        assert versions[worker["slot"]] == "v-late"
+        assert any("v-late" in note for note in state(router)["control"]["recovery"]["notes"])
+    finally:
+        router.stop()
+    assert not leftovers(tiny_model_dir)
