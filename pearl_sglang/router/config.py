@@ -80,7 +80,11 @@ class RouterConfig:
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
         parser.add_argument("--port", type=int, default=30000)
-        parser.add_argument("--policy", default="static", choices=POLICIES)
+        parser.add_argument("--policy", default="static", choices=POLICIES,
+                            help="with --config: 'pearl' lets the decision engine pick PD mode and ratio "
+                                 "and borrow training GPUs; 'static' keeps a colocated deployment that "
+                                 "never borrows. Attach mode only routes; PEARL does not reshape "
+                                 "workers it did not launch")
         parser.add_argument("--tp-size", type=int, default=1, help="GPUs per worker (attach mode)")
         parser.add_argument("--worker-urls", nargs="*", default=[], help="colocated workers")
         parser.add_argument("--prefill", nargs=2, action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
