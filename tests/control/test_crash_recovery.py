@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port, group_alive
+from pearl_sglang.testing.tiny_model import write_tiny_model
 from tests.control.conftest import PROFILE
 
 pytestmark = pytest.mark.timeout(240)
@@ -77,6 +78,13 @@ def worker_pids(tmp_path):
 def leftovers(model_dir):
     out = subprocess.run(["pgrep", "-f", f"pearl_sglang.emulator.*{model_dir}"], capture_output=True, text=True)
     return out.stdout.split()
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path):
+    """A model folder of this test's own, so the leftover check matches only its workers
+    (the session's emulated conformance servers use the shared one)."""
+    return write_tiny_model(tmp_path / "own-model")
 
 
 def test_restart_after_sigkill_while_idle_adopts_workers(tmp_path, tiny_model_dir):
