@@ -17,22 +17,31 @@ from pearl_sglang.router.worker_client import abort
 async def migrate_off(st: RouterState, slot: int) -> int:
     """Returns how many items were moved."""
     entries = st.inflight.on_slot(slot)
-    calls = []
     for entry in entries:
         if entry.cause is None:
             entry.cause = EndCause.MIGRATE
-        calls.extend(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
-                     for url in entry.urls)
-    await asyncio.gather(*calls)
+    await _abort_all(st, entries)
     return len(entries)
 
 
-async def wait_drained(st: RouterState, slot: int, timeout_s: float) -> bool:
-    """Wait until no item is on ``slot``; False if the deadline passed first."""
+async def _abort_all(st: RouterState, entries) -> None:
+    await asyncio.gather(*(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
+                           for entry in entries for url in entry.urls))
+
+
+async def wait_drained(st: RouterState, slot: int, timeout_s: float, resend_s: float = 0.25) -> bool:
+    """Wait until no item is on ``slot``; False if the deadline passed first. An abort that
+    reaches a worker before the request it names is ignored (the worker does not know the
+    rid yet), so aborts are sent again to whatever is still there every ``resend_s``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    next_resend = loop.time() + resend_s
     while st.inflight.on_slot(slot):
-        if loop.time() >= deadline:
+        now = loop.time()
+        if now >= deadline:
             return False
+        if now >= next_resend:
+            await migrate_off(st, slot)
+            next_resend = loop.time() + resend_s
         await asyncio.sleep(0.01)
     return True
