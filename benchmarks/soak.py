@@ -29,10 +29,7 @@ import httpx  # noqa: E402
 from pearl_sglang.control.cluster_config import ClusterConfig  # noqa: E402
 from pearl_sglang.core.state import Activity, Zone  # noqa: E402
 from pearl_sglang.router.state import ROUTER  # noqa: E402
-from pearl_sglang.testing.cluster import running_cluster  # noqa: E402
-
-PROFILE = dict(B=16, S=5, delta_L=200, r=50, theta=0.5, A=0.002, b=5e-5, t_prefill=2e-5, K=65536,
-               BW=5e9, T_over=0.01, T_env=1.0, K_seq=1e8, H_max=1e9)
+from pearl_sglang.testing.cluster import TINY_PROFILE, running_cluster  # noqa: E402
 
 
 @dataclass
@@ -53,7 +50,7 @@ def config(model: Path, time_scale: float) -> ClusterConfig:
         "engine": {"kind": "emulator", "model_path": str(model), "tp_size": 1,
                    "emulator": {"profile": "tiny", "time_scale": time_scale, "pd_timeout": 3000}},
         "zones": {"dedicated": ["d0:0", "d0:1", "d0:2"], "overlap": ["t0:0", "t0:1"]},
-        "profile": PROFILE, "pd_mode": "colocated", "gate": {"enabled": False},
+        "profile": TINY_PROFILE, "pd_mode": "colocated", "gate": {"enabled": False},
         "deadlines": {"train_begin_s": 30, "leave_s": 30, "drain_s": 5},
     })
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import fields, replace
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
+from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
@@ -63,7 +64,7 @@ class Orchestrator:
         self.training = False
         self._lock = asyncio.Lock()
         self._growth: asyncio.Task | None = None
-        self._answers: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self._once = OnceByRequestId().run
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
         self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
@@ -217,22 +218,6 @@ class Orchestrator:
         stuck = [w.slot for w in table.rollout_workers() if w.activity is Activity.JOINING]
         if stuck:
             await self.executor.cancel_group(stuck)
-
-    async def _once(self, request_id: str | None, fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        """Idempotency: a retried ``request_id`` gets the first call's answer."""
-        if request_id is None:
-            return await fn()
-        if request_id in self._answers:
-            return {**(await asyncio.shield(self._answers[request_id])), "duplicate": True}
-        future = asyncio.ensure_future(fn())
-        self._answers[request_id] = future
-        while len(self._answers) > 1024:
-            self._answers.popitem(last=False)
-        try:
-            return {**(await asyncio.shield(future)), "duplicate": False}
-        except BaseException:
-            self._answers.pop(request_id, None)
-            raise
 
     # -- events ------------------------------------------------------------------------------
     async def start(self) -> list[int]:

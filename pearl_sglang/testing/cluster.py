@@ -18,6 +18,11 @@ from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.state import ROUTER
 
+# Decision-engine inputs for clusters of the emulator's "tiny" profile (tests, soak): small
+# enough that every PD split of a few workers is feasible once N_D >= 2.
+TINY_PROFILE = dict(B=16, S=5, delta_L=200, r=50, theta=0.5, A=0.002, b=5e-5, t_prefill=2e-5, K=65536,
+                    BW=5e9, T_over=0.01, T_env=1.0, K_seq=1e8, H_max=1e9)
+
 
 class Cluster:
     def __init__(self, url, app, store, launcher, token):

@@ -5,12 +5,12 @@ import contextlib
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.testing import cluster as _cluster
+from pearl_sglang.testing.cluster import TINY_PROFILE
 
 TOKEN = "control-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
-PROFILE = dict(B=16, S=5, delta_L=200, r=50, theta=0.5, A=0.002, b=5e-5, t_prefill=2e-5, K=65536,
-               BW=5e9, T_over=0.01, T_env=1.0, K_seq=1e8, H_max=1e9)
+PROFILE = TINY_PROFILE
 
 
 def cluster_config(model_dir, *, dedicated=2, overlap=2, pd_mode="colocated", time_scale=20,
