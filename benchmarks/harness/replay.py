@@ -26,7 +26,7 @@ import logging
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 from unittest import mock
@@ -76,6 +76,10 @@ class ReplayConfig:
     cold_start: bool = True                    # launched workers wait the profile's cold start
     request_timeout_s: float = 3600.0
     cluster_overrides: dict[str, Any] = field(default_factory=dict)  # merged into the cluster mapping
+    # Overrides of the system's deployment (fixed-resource experiments: PD sweep, ablation)
+    dedicated_gpus: Optional[int] = None       # reserved rollout GPUs (even)
+    follow_trace: Optional[bool] = None        # False: no preemptible GPUs
+    pd_mode: Optional[str] = None              # auto, colocated, disaggregated or "P:D"
 
     def start_h(self) -> float:
         if self.trace_start_h is not None:
@@ -89,8 +93,18 @@ def resolve_system(config: ReplayConfig) -> System:
     if config.system == "roll-large":  # the segment's size
         if config.segment not in ROLL_LARGE_GPUS:
             raise ValueError("roll-large needs a segment (or name the size: roll-large-14)")
-        return system(f"roll-large-{ROLL_LARGE_GPUS[config.segment]}")
-    return system(config.system)
+        sysdef = system(f"roll-large-{ROLL_LARGE_GPUS[config.segment]}")
+    else:
+        sysdef = system(config.system)
+    if config.dedicated_gpus is not None:
+        if config.dedicated_gpus < 2 or config.dedicated_gpus % 2:
+            raise ValueError("dedicated_gpus must be an even number >= 2 (TP2 workers)")
+        sysdef = replace(sysdef, dedicated_workers=config.dedicated_gpus // 2)
+    if config.follow_trace is not None:
+        sysdef = replace(sysdef, follows_trace=config.follow_trace)
+    if config.pd_mode is not None:
+        sysdef = replace(sysdef, pd_mode=config.pd_mode)
+    return sysdef
 
 
 def _gpus(prefix: str, n: int) -> list[str]:
@@ -177,15 +191,18 @@ class Recorder:
 
 
 def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean throughput over in-window steps after the first (step 0 starts cold), and the
-    time-weighted mean (total tokens / total time) over the same steps."""
+    """Mean throughput over in-window steps after the first (step 0 starts cold), the
+    time-weighted mean (total tokens / total time) over the same steps, and the rollout
+    throughput (generated tokens / rollout seconds) that fixed-resource experiments compare."""
     measured = [s for s in steps[1:] if s["in_window"]] or steps[1:] or steps
     tokens = sum(s["generated_tokens"] + s["training_tokens"] for s in measured)
     duration = sum(s["duration_s"] for s in measured)
+    rollout_s = sum(s["rollout_s"] for s in measured)
     return {
         "steps": len(steps), "measured_steps": len(measured),
         "mean_throughput_tok_s": sum(s["throughput"] for s in measured) / len(measured) if measured else 0.0,
         "token_weighted_throughput_tok_s": tokens / duration if duration > 0 else 0.0,
+        "rollout_throughput_tok_s": sum(s["generated_tokens"] for s in measured) / rollout_s if rollout_s > 0 else 0.0,
         "mean_step_s": duration / len(measured) if measured else 0.0,
         "errors": sum(s["errors"] for s in steps),
         "failed_trajectories": sum(s["failed_trajectories"] for s in steps),

@@ -18,6 +18,15 @@ Ordering rules that keep the simulation causal:
   thread work takes no virtual time and cannot be overtaken by timers;
 * with nothing scheduled at all the loop blocks on real I/O, as a normal loop would.
 
+Discrete-event components (the emulator's engines) can register as *steppers*
+(``loop.add_stepper``): an object with ``next_time()`` (the loop time of its next internal
+event, or None) and ``step()`` (process the events due at the loop's time).  When the loop
+would jump, it first runs the steppers' events that come before the earliest timer, in
+time order, straight from the selector, and returns to asyncio as soon as one of them made
+a callback ready (a request finished, a stream chunk is due).  Events nobody waits for,
+such as most decode iterations, then cost no trip through the event loop; the result is
+the same as waking at every event, because nothing else can happen between two of them.
+
 Caveats: CPU time is free (a callback that computes for a real second takes no virtual
 time), so only code that *waits* through the loop is timed; anything that reads the
 wall clock (``time.monotonic()``, ``time.time()``) or blocks the thread
@@ -30,7 +39,7 @@ import asyncio
 import selectors
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Coroutine, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Optional, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -46,6 +55,13 @@ class LoopStats:
     jumped_s: float = 0.0     # virtual seconds skipped by jumps
     executor_waits: int = 0   # real waits for executor jobs
     blocking_waits: int = 0   # real blocking selects (nothing scheduled)
+    steps: int = 0            # stepper events run between timers
+
+
+class Stepper(Protocol):
+    def next_time(self) -> Optional[float]: ...
+
+    def step(self) -> None: ...
 
 
 class _VirtualSelector(selectors.BaseSelector):
@@ -93,10 +109,13 @@ class _VirtualSelector(selectors.BaseSelector):
         if loop._executor_jobs:  # noqa: SLF001 - thread work takes no virtual time
             stats.executor_waits += 1
             return sel.select(_EXECUTOR_POLL_S)
-        if timeout is None:
+        timer_at = None if timeout is None else loop.time() + timeout
+        if loop._run_steppers(timer_at):  # noqa: SLF001 - a stepper's event made a callback ready
+            return []
+        if timer_at is None:
             stats.blocking_waits += 1
             return sel.select(None)
-        loop._jump(timeout)  # noqa: SLF001
+        loop._jump(timer_at)  # noqa: SLF001
         return []
 
 
@@ -106,14 +125,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, start: float = 0.0) -> None:
         self._vnow = float(start)
         self._executor_jobs = 0
+        self._steppers: list[Stepper] = []
         self.stats = LoopStats()
         super().__init__(selector=_VirtualSelector(self))
 
     def time(self) -> float:
         return self._vnow
 
-    def _jump(self, timeout: float) -> None:
-        target = self._vnow + timeout
+    def _jump(self, target: float) -> None:
         scheduled = self._scheduled  # asyncio's timer heap, head is the earliest
         if scheduled:
             when = scheduled[0]._when  # noqa: SLF001 - exact, avoids float drift
@@ -123,6 +142,39 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             self.stats.jumps += 1
             self.stats.jumped_s += target - self._vnow
             self._vnow = target
+
+    def add_stepper(self, stepper: "Stepper") -> None:
+        self._steppers.append(stepper)
+
+    def remove_stepper(self, stepper: "Stepper") -> None:
+        if stepper in self._steppers:
+            self._steppers.remove(stepper)
+
+    def _run_steppers(self, timer_at: Optional[float]) -> bool:
+        """Run stepper events due before the next timer (at ``timer_at``; None: no timer),
+        earliest first; True as soon as one made a callback ready."""
+        if not self._steppers:
+            return False
+        last: tuple[Any, Optional[float]] = (None, None)
+        repeats = 0
+        while True:
+            best, best_t = None, None
+            for s in self._steppers:
+                t = s.next_time()
+                if t is not None and (best_t is None or t < best_t):
+                    best, best_t = s, t
+            if best is None or (timer_at is not None and best_t >= timer_at):
+                return False
+            repeats = repeats + 1 if (best, best_t) == last else 0
+            if repeats > 1000:
+                raise RuntimeError(f"stepper {best!r} makes no progress at {best_t}")
+            last = (best, best_t)
+            if best_t > self._vnow:
+                self._vnow = best_t
+            self.stats.steps += 1
+            best.step()
+            if self._ready:
+                return True
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by hand (tests); timers due by then fire next."""

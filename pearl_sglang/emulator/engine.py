@@ -133,13 +133,16 @@ class Engine(ControlMixin, PDMixin):
             best = timers[0][0]
         return best
 
-    def advance(self) -> None:
-        """Process every event up to ``clock.now()``."""
+    def advance(self, until: Optional[float] = None) -> None:
+        """Process every event up to ``clock.now()`` (or ``until`` if later: a driver that
+        moved the clock to an event's time, up to float rounding)."""
         if self._in_progress:
             return
         self._in_progress = True
         try:
             target = self.clock.now()
+            if until is not None and until > target:
+                target = until
             self._settle(self._t)
             while True:
                 nxt = self.next_event_time()

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from aiohttp import web
 
+from .. import fastjson
 from .http_parse import BadRequest, ParsedGenerate, meta_info, output_text, parse_generate, parse_sampling
 from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
 from .server import WORKER, Worker
@@ -24,15 +25,20 @@ DONE = b"data: [DONE]\n\n"
 
 
 class _Watch:
-    """Wakes the handler when the engine updates or finishes a request."""
+    """Wakes the handler when a request finishes or has ``next_at`` output tokens.
 
-    __slots__ = ("event",)
+    A stream raises ``next_at`` by its interval after each chunk, so the handler wakes
+    once per chunk, not once per token (the engine calls back on every token)."""
+
+    __slots__ = ("event", "next_at")
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.next_at = 0
 
     def __call__(self, handle: RequestHandle) -> None:
-        self.event.set()
+        if handle.finish_reason is not None or len(handle.output_ids) >= self.next_at:
+            self.event.set()
 
 
 def error_response(status: int, message: str) -> web.Response:
@@ -98,6 +104,8 @@ class Run:
         """Send chunks as requests progress; ``chunk(i, final)`` renders SSE lines."""
         sent = [0] * len(self.handles)
         pending = set(range(len(self.handles)))
+        for w, interval in zip(self.watches, intervals):
+            w.next_at = interval
         try:
             while pending:
                 if len(pending) == 1:
@@ -119,6 +127,7 @@ class Run:
                             await response.write(line)
                     elif n - sent[i] >= intervals[i]:
                         sent[i] = n
+                        w.next_at = n + intervals[i]
                         for line in chunk(i, False):
                             await response.write(line)
             await response.write(DONE)
@@ -128,7 +137,7 @@ class Run:
 
 
 def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + fastjson.dumps(obj) + b"\n\n"
 
 
 async def _start_sse(request: web.Request) -> web.StreamResponse:
@@ -139,7 +148,7 @@ async def _start_sse(request: web.Request) -> web.StreamResponse:
 
 async def _json_body(request: web.Request) -> Any:
     try:
-        return await request.json()
+        return await request.json(loads=fastjson.loads)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequest({"error": {"message": f"invalid JSON body: {e}"}}) from e
 

@@ -119,7 +119,8 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
         is_batch = bool(ids) and isinstance(ids[0], list)
         prompts = ids if is_batch else [ids]
         for p in prompts:
-            if not isinstance(p, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+            # set(map(type, p)) runs in C; it also refuses bools (type(True) is bool).
+            if not isinstance(p, list) or (p and set(map(type, p)) != {int}):
                 raise _message("input_ids must be a list of integers or a list of lists")
     sp = body.get("sampling_params")
     if isinstance(sp, list):

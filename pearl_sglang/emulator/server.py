@@ -44,6 +44,10 @@ class ScaledClock:
     def now(self) -> float:
         return (self._source() - self._t0) * self.scale
 
+    def source_time(self, emulated: float) -> float:
+        """The source clock's reading at emulated time ``emulated``."""
+        return self._t0 + emulated / self.scale
+
     def real_delay(self, emulated_s: float) -> float:
         return max(0.0, emulated_s / self.scale)
 
@@ -60,6 +64,14 @@ class RealtimeDriver:
         engine.on_wake = self._wake.set
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        if hasattr(loop, "add_stepper"):  # a discrete-event loop runs the engine itself
+            stepper = _EngineStepper(self.engine, self.clock)
+            loop.add_stepper(stepper)
+            try:
+                await loop.create_future()
+            finally:
+                loop.remove_stepper(stepper)
         engine, wake = self.engine, self._wake
         while True:
             engine.advance()
@@ -78,6 +90,22 @@ class RealtimeDriver:
             # time, so lateness never changes results.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), delay + _WAKE_SLACK_S)
+
+
+class _EngineStepper:
+    """The engine as a stepper of a virtual-time loop (``benchmarks.harness.vtime``): the
+    loop asks when its next event is due and runs it then, between its own timers."""
+
+    def __init__(self, engine: Engine, clock: ScaledClock) -> None:
+        self.engine, self.clock = engine, clock
+        self._due: Optional[float] = None
+
+    def next_time(self) -> Optional[float]:
+        self._due = self.engine.next_event_time()
+        return None if self._due is None else self.clock.source_time(self._due)
+
+    def step(self) -> None:
+        self.engine.advance(until=self._due)
 
 
 @dataclass

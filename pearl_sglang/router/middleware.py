@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
+from pearl_sglang import fastjson
 from pearl_sglang.router.errors import RouterError, Unauthorized
 
 log = logging.getLogger("pearl.router")
@@ -92,6 +93,6 @@ async def read_json(request: web.Request) -> object:
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
     try:
-        return json.loads(raw)
+        return fastjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(f"malformed JSON: {e}", kind="invalid_json") from e

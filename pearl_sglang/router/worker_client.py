@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
+from pearl_sglang import fastjson
 from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
 
 # A cumulative chunk of a long output (prompt ids included) can be megabytes long.
@@ -55,7 +56,8 @@ async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str
     worker = _id(slot)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
     try:
-        async with session.post(url + "/generate", json={**body, "stream": True}, timeout=timeout,
+        async with session.post(url + "/generate", data=fastjson.dumps({**body, "stream": True}),
+                                headers=fastjson.JSON_HEADERS, timeout=timeout,
                                 read_bufsize=_READ_BUFSIZE) as resp:
             await _raise_for_status(resp, worker)
             async for raw in resp.content:
@@ -65,7 +67,7 @@ async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     return
-                event = json.loads(payload)
+                event = fastjson.loads(payload)
                 if "error" in event:
                     raise _error_event(worker, event)
                 yield event
@@ -80,7 +82,8 @@ async def post_json(session: aiohttp.ClientSession, *, slot: int, url: str, path
     worker = _id(slot)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
     try:
-        async with session.post(url + path, json=body, timeout=timeout, read_bufsize=_READ_BUFSIZE) as resp:
+        async with session.post(url + path, data=fastjson.dumps(body), headers=fastjson.JSON_HEADERS,
+                                timeout=timeout, read_bufsize=_READ_BUFSIZE) as resp:
             await _raise_for_status(resp, worker)
             data = await resp.read()
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
@@ -88,7 +91,7 @@ async def post_json(session: aiohttp.ClientSession, *, slot: int, url: str, path
     if not data.strip():
         return None
     try:
-        return json.loads(data)
+        return fastjson.loads(data)
     except ValueError:
         return data.decode(errors="replace")
 

@@ -9,7 +9,6 @@ timeout, so a turn ends (successfully or not) in bounded time.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -17,6 +16,7 @@ from typing import Any, Sequence
 import aiohttp
 
 from pearl_rl_adapter.telemetry import tag_headers
+from pearl_sglang import fastjson
 from pearl_sglang.workload.errors import GenerateError, GenerateFailed, GenerateRejected, GenerateRetryable
 from pearl_sglang.workload.timebase import EmulatedTime
 
@@ -62,9 +62,10 @@ class GenerateClient:
 
     async def _attempt(self, body: dict, headers: dict[str, str]) -> Any:
         try:
-            async with self.session.post(self.url, json=body, headers=headers,
+            async with self.session.post(self.url, data=fastjson.dumps(body),
+                                         headers={**fastjson.JSON_HEADERS, **headers},
                                          timeout=self.timeout) as resp:
-                text = await resp.text()
+                data = await resp.read()
                 status = resp.status
         except asyncio.TimeoutError as e:
             raise GenerateRetryable("request timed out") from e
@@ -72,9 +73,9 @@ class GenerateClient:
             raise GenerateRetryable(f"transport error: {e!r}") from e
         if status != 200:
             cls = GenerateRetryable if status >= 500 or status in _RETRYABLE_4XX else GenerateRejected
-            raise cls(f"HTTP {status}: {text[:300]}", status=status)
+            raise cls(f"HTTP {status}: {data[:300].decode(errors='replace')}", status=status)
         try:
-            return json.loads(text)
+            return fastjson.loads(data)
         except ValueError as e:
             raise GenerateRejected("answer is not JSON") from e
 

@@ -112,3 +112,54 @@ def test_http_between_in_process_servers_under_virtual_time():
     assert abs(elapsed - 60) < 1e-3
     assert all(abs(b["t"] - 60) < 1e-3 for b in bodies)
     assert time.perf_counter() - real < 5.0
+
+
+class _Ticker:
+    """A stepper with events every ``period`` s; calls ``on_event`` for every ``notify_every``-th."""
+
+    def __init__(self, loop, period, notify_every, on_event):
+        self.loop, self.period, self.notify_every, self.on_event = loop, period, notify_every, on_event
+        self.next_at, self.count, self.times = period, 0, []
+
+    def next_time(self):
+        return self.next_at
+
+    def step(self):
+        self.times.append(self.loop.time())
+        self.count += 1
+        self.next_at += self.period
+        if self.count % self.notify_every == 0:
+            self.on_event(self.count)
+
+
+def test_steppers_run_between_timers_in_time_order_and_wake_the_loop():
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+        event = asyncio.Event()
+
+        def notify(n):
+            seen.append(("notify", n, round(loop.time(), 9)))
+            event.set()
+
+        ticker = _Ticker(loop, 0.5, 10, notify)
+        loop.add_stepper(ticker)
+
+        async def timer(t):
+            await asyncio.sleep(t)
+            seen.append(("timer", round(loop.time(), 9)))
+
+        task = asyncio.ensure_future(timer(2.25))
+        await event.wait()  # the 10th event, at 5.0 s, wakes this coroutine at its own time
+        woke_at = loop.time()
+        await task
+        loop.remove_stepper(ticker)
+        await asyncio.sleep(100)  # a removed stepper no longer runs
+        return seen, woke_at, ticker, loop.stats
+
+    seen, woke_at, ticker, stats = vtime.run(main())
+    assert woke_at == 5.0
+    assert seen[0] == ("timer", 2.25) and seen[1] == ("notify", 10, 5.0)
+    # every event ran at its own time, in order, without a trip through asyncio each
+    assert ticker.times[:10] == [0.5 * i for i in range(1, 11)]
+    assert ticker.count == 10 and stats.steps == 10

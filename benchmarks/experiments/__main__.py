@@ -1,0 +1,36 @@
+"""``python -m benchmarks.experiments {all|elastic|pd-sweep|ratio|ablation|sensitivity|reconfig} [--quick]``"""
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+EXPERIMENTS = {
+    "pd-sweep": "benchmarks.experiments.pd_sweep",
+    "ratio": "benchmarks.experiments.ratio",
+    "elastic": "benchmarks.experiments.elastic",
+    "ablation": "benchmarks.experiments.ablation",
+    "sensitivity": "benchmarks.experiments.sensitivity",
+    "reconfig": "benchmarks.reconfiguration_cost",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*EXPERIMENTS, "all"):
+        print(__doc__.strip() + "\n\nexperiments: " + ", ".join(EXPERIMENTS), file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    name, rest = argv[0], argv[1:]
+    names = list(EXPERIMENTS) if name == "all" else [name]
+    for n in names:
+        t0 = time.perf_counter()
+        print(f"== {n} ==", flush=True)
+        rc = importlib.import_module(EXPERIMENTS[n]).main(rest)
+        print(f"== {n}: done in {time.perf_counter() - t0:.0f} s ==", flush=True)
+        if rc:
+            return rc
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Ablation (the paper's Figure 7): 16 training GPUs and 4 to 16 reserved rollout GPUs,
+no preemptible GPUs, PEARL's components added one by one; step throughput
+((generated + training tokens) / step time) over the steps after the first."""
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.experiments import fixed
+from benchmarks.experiments.report import md_table, pyplot, write
+from benchmarks.experiments.runner import RESULTS, run_jobs
+
+NAME = "ablation"
+SIZES = (4, 8, 12, 16)
+# (label, system, pd_mode): the first four add one component each; forced PD is the
+# counterfactual "always disaggregate at the best ratio".
+VARIANTS = (
+    ("colocated (ROLL-like)", "pearl-no-borrow", "colocated"),
+    ("forced PD, best ratio", "pearl-no-borrow", "disaggregated"),
+    ("+ adaptive PD", "pearl-no-borrow", "auto"),
+    ("+ borrowing, ungated", "pearl-ungated", "auto"),
+    ("+ gate (PEARL)", "pearl", "auto"),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ablation", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--parallel", type=int, default=2)
+    args = parser.parse_args(argv)
+    sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 4, 64, NAME)
+    grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, steps=steps, system=system)
+            for g in sizes for label, system, mode in VARIANTS}
+    results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)
+    tput = {k: results[j.name]["summary"]["mean_throughput_tok_s"] for k, j in grid.items()}
+    base_label = VARIANTS[0][0]
+    rows, cells = [], []
+    for label, _, _ in VARIANTS:
+        rows.append([label] + [f"{tput[(g, label)]:.0f} ({tput[(g, label)] / tput[(g, base_label)]:.2f}x)"
+                               for g in sizes])
+        for g in sizes:
+            r = results[grid[(g, label)].name]
+            cells.append({"gpus": g, "variant": label, "tok_s": tput[(g, label)],
+                          "vs_colocated": tput[(g, label)] / tput[(g, base_label)],
+                          "topologies": sorted({s["topology"] for s in r["steps"]}),
+                          "borrowed_steps": sum(bool(s["borrowing"]) for s in r["steps"])})
+    md = (f"# Ablation (Figure 7)\n\n16 training GPUs (8 TP2 overlap workers), Qwen3-8B profile, batch {batch}, "
+          f"rewrite_fraction {fixed.REWRITE}, {steps} steps (the first excluded). Mean step throughput in tok/s "
+          f"(ratio to colocated). Paper: each component adds throughput, borrowing most where reserved GPUs "
+          f"are few, and the gate avoids borrowing that does not pay.\n\n"
+          + md_table(["variant"] + [f"{g} reserved GPUs" for g in sizes], rows))
+    write(name, {"sizes": sizes, "steps": steps, "batch": batch, "cells": cells}, md)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.8 / len(VARIANTS)
+    for i, (label, _, _) in enumerate(VARIANTS):
+        ax.bar([j + (i - len(VARIANTS) / 2 + 0.5) * width for j in range(len(sizes))],
+               [tput[(g, label)] / tput[(g, base_label)] for g in sizes], width, label=label)
+    ax.set_xticks(range(len(sizes)), [f"{g} GPUs" for g in sizes])
+    ax.set_ylabel("step throughput / colocated")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / name / "ablation.png", dpi=110)
+    plt.close(fig)
+    return 0

@@ -1,0 +1,44 @@
+"""Runs on a fixed set of reserved GPUs with no preemptible ones: the PD sweep, ratio
+selection and the ablation. Their runs share one cache (``results/fixed/runs``), so a
+configuration measured by one experiment is not run again by another."""
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.experiments.runner import Job
+from benchmarks.harness.replay import ReplayConfig
+
+CACHE = "fixed"
+REWRITE = 0.9  # the paper's prefill-heavy regime
+
+
+def mode_label(pd_mode: str, gpus: int) -> str:
+    """``colocated`` -> ``8C``; ``3:5`` -> ``3P5D`` (TP2 workers)."""
+    if pd_mode == "colocated":
+        return f"{gpus // 2}C"
+    if ":" in pd_mode:
+        p, d = pd_mode.split(":")
+        return f"{p}P{d}D"
+    return pd_mode
+
+
+def splits(workers: int) -> list[str]:
+    """Colocated and every P:D split of ``workers``."""
+    return ["colocated"] + [f"{p}:{workers - p}" for p in range(1, workers)]
+
+
+def job(*, gpus: int, pd_mode: str, batch: int, steps: int, system: str = "pearl-no-borrow",
+        rewrite: float = REWRITE, **extra: Any) -> Job:
+    name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}-r{rewrite:g}"
+    name += "".join(f"-{k}{v}" for k, v in sorted(extra.items()))
+    config = ReplayConfig(system=system, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
+                          batch_size=batch, steps=steps, rewrite_fraction=rewrite, segment=1, **extra)
+    return Job(name, config)
+
+
+def rollout_tok_s(result: dict[str, Any]) -> float:
+    return result["summary"]["rollout_throughput_tok_s"]
+
+
+def final_topology(result: dict[str, Any]) -> str:
+    return result["steps"][-1]["topology"] if result["steps"] else "?"

@@ -1,0 +1,22 @@
+"""JSON on the request path, through orjson (a dependency of SGLang itself).
+
+Rollout bodies carry whole multi-turn contexts as ``input_ids`` (tens of thousands of
+integers), so the standard library's encoder and decoder are a large share of the
+router's CPU.  Errors are ``ValueError`` subclasses (``orjson.JSONDecodeError`` is a
+``json.JSONDecodeError``), so callers keep catching what they caught before.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)

@@ -1,0 +1,35 @@
+"""The experiment runner: runs replays in worker processes, caches them by configuration,
+and a fixed P:D ratio really pins the topology."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from benchmarks.experiments import fixed, report, runner
+
+TINY = {"minutes": 10, "group_size": 4, "train_step_s": 60, "workload": {"turns_median": 4, "turns_max": 6}}
+
+
+def test_fixed_jobs_run_once_and_pin_the_topology(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "RESULTS", tmp_path)
+    jobs = [fixed.job(gpus=4, pd_mode=m, batch=4, steps=2) for m in ("1:1", "colocated")]
+    jobs = [replace(j, config=replace(j.config, **TINY)) for j in jobs]
+    first = runner.run_jobs("exp", jobs, parallel=2, cache_dir="shared")
+    assert [fixed.final_topology(first[j.name]) for j in jobs] == ["1P1D", "2C"]
+    for j in jobs:
+        summary = first[j.name]["summary"]
+        assert summary["errors"] == 0 and summary["rollout_throughput_tok_s"] > 0
+        assert (tmp_path / "shared" / "runs" / f"{j.name}.json").exists()
+    again = runner.run_jobs("exp", jobs, parallel=2, cache_dir="shared")
+    assert "2 cached, 0 to run" in capsys.readouterr().out
+    assert again[jobs[0].name]["run"] == first[jobs[0].name]["run"]
+    # a changed configuration is not served from the cache
+    changed = [replace(jobs[0], config=replace(jobs[0].config, seed=1))]
+    assert "0 cached, 1 to run" in (runner.run_jobs("exp", changed, parallel=1, cache_dir="shared"),
+                                    capsys.readouterr().out)[1]
+
+
+def test_markdown_table_formats_cells():
+    md = report.md_table(["a", "b"], [[1.23456, 1234.5], ["x", 3]])
+    assert md.splitlines() == ["| a | b |", "|---|---|", "| 1.23 | 1234 |", "| x | 3 |"]
+    assert json.loads(json.dumps({"ok": md}))
