@@ -11,7 +11,7 @@ from pearl_rl_adapter.config import ClientConfig
 from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
                                      PearlTimeout, PearlUnavailable)
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
-                                      WeightsUpdated)
+                                      WeightGroup, WeightGroupDestroyed, WeightGroupMember, WeightsUpdated)
 from pearl_rl_adapter.rollout import Generated, RolloutClient
 from pearl_rl_adapter.telemetry import TRAJECTORY_HEADER, TURN_HEADER, Trajectory, TurnCounter, tag_headers
 
@@ -19,5 +19,6 @@ __all__ = [
     "AsyncPearlClient", "ClientConfig", "DistributedWeights", "Generated", "GpusJoined", "GpusLeft",
     "PearlAuthError", "PearlClient", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
     "PearlTimeout", "PearlUnavailable", "RolloutClient", "TRAJECTORY_HEADER", "TURN_HEADER", "TrainBegun",
-    "TrainFinished", "Trajectory", "TurnCounter", "WeightsUpdated", "tag_headers",
+    "TrainFinished", "Trajectory", "TurnCounter", "WeightGroup", "WeightGroupDestroyed", "WeightGroupMember",
+    "WeightsUpdated", "tag_headers",
 ]

@@ -19,7 +19,7 @@ from pearl_rl_adapter import protocol
 from pearl_rl_adapter.config import ClientConfig, resolve_config
 from pearl_rl_adapter.errors import PearlError
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
-                                      WeightsUpdated)
+                                      WeightGroup, WeightGroupDestroyed, WeightsUpdated)
 from pearl_rl_adapter.steps import note_unfinished
 
 T = TypeVar("T")
@@ -67,10 +67,30 @@ class PearlClient:
             timeout_s=timeout_s))
 
     def update_weights_from_distributed(self, *, version: str, distributed: DistributedWeights,
+                                        model_path: str | None = None, load_format: str | None = None,
                                         request_id: str | None = None,
                                         timeout_s: float | None = None) -> WeightsUpdated:
+        """Returns when every member received the broadcast; the trainer broadcasts each
+        tensor of ``distributed`` from rank 0 while this call runs (another thread or
+        task). ``model_path``: a disk copy of the same weights, for workers that join
+        later (without it they cannot sync and their activation fails)."""
         return self._send(protocol.update_weights_from_distributed(
-            self.config, version=version, distributed=distributed, request_id=request_id, timeout_s=timeout_s))
+            self.config, version=version, distributed=distributed, model_path=model_path,
+            load_format=load_format, request_id=request_id, timeout_s=timeout_s))
+
+    def init_weight_group(self, *, group_name: str, master_address: str, master_port: int,
+                          backend: str = "nccl", request_id: str | None = None,
+                          timeout_s: float | None = None) -> WeightGroup:
+        """PEARL's active workers start joining the group; then join it as rank 0 of
+        ``world_size`` (``init_custom_process_group(..., group_name=group_name)``)."""
+        return self._send(protocol.init_weight_group(
+            self.config, group_name=group_name, master_address=master_address, master_port=master_port,
+            backend=backend, request_id=request_id, timeout_s=timeout_s))
+
+    def destroy_weight_group(self, group_name: str, *, request_id: str | None = None,
+                             timeout_s: float | None = None) -> WeightGroupDestroyed:
+        return self._send(protocol.destroy_weight_group(self.config, group_name, request_id=request_id,
+                                                    timeout_s=timeout_s))
 
     def join_gpus(self, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,
                   request_id: str | None = None, timeout_s: float | None = None) -> GpusJoined:

@@ -21,7 +21,7 @@ from pearl_rl_adapter.config import ClientConfig
 from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
                                      PearlTimeout, PearlUnavailable)
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
-                                      WeightsUpdated, state_from_json)
+                                      WeightGroup, WeightGroupDestroyed, WeightsUpdated, state_from_json)
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -95,11 +95,34 @@ def update_weights_from_disk(cfg: ClientConfig, *, version: str, model_path: str
 
 
 def update_weights_from_distributed(cfg: ClientConfig, *, version: str, distributed: DistributedWeights,
+                                    model_path: str | None = None, load_format: str | None = None,
                                     request_id: str | None = None,
                                     timeout_s: float | None = None) -> Call[WeightsUpdated]:
-    body = {"version": str(version), "distributed": distributed.to_json()}
+    body: dict[str, Any] = {"version": str(version), "distributed": distributed.to_json()}
+    if model_path is not None:
+        body["model_path"] = str(model_path)
+    if load_format is not None:
+        body["load_format"] = load_format
     return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
                 timeout_s or cfg.wait_timeout_s, WeightsUpdated.from_json)
+
+
+def init_weight_group(cfg: ClientConfig, *, group_name: str, master_address: str, master_port: int,
+                      backend: str = "nccl", request_id: str | None = None,
+                      timeout_s: float | None = None) -> Call[WeightGroup]:
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
+    body = {"action": "init", "group_name": str(group_name), "master_address": str(master_address),
+            "master_port": int(master_port), "backend": backend}
+    return Call("POST", "/pearl/weight_group", _with_id("weight_group_init", body, request_id),
+                timeout_s or cfg.timeout_s, WeightGroup.from_json)
+
+
+def destroy_weight_group(cfg: ClientConfig, group_name: str, *, request_id: str | None = None,
+                         timeout_s: float | None = None) -> Call[WeightGroupDestroyed]:
+    body = {"action": "destroy", "group_name": str(group_name)}
+    return Call("POST", "/pearl/weight_group", _with_id("weight_group_destroy", body, request_id),
+                timeout_s or cfg.timeout_s, WeightGroupDestroyed.from_json)
 
 
 def join_gpus(cfg: ClientConfig, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,

@@ -81,24 +81,56 @@ class GpusLeft:
 
 @dataclass(frozen=True)
 class DistributedWeights:
-    """Where a trainer broadcasts weights over NCCL/gloo; PEARL fans the group to workers."""
+    """One push over a weight group: the tensors the trainer broadcasts from rank 0, in
+    this order, while ``update_weights_from_distributed`` runs."""
 
     names: Sequence[str]
     dtypes: Sequence[str]
     shapes: Sequence[Sequence[int]]
     group_name: str
-    master_address: str
-    master_port: int
-    backend: str = "nccl"
 
     def to_json(self) -> dict[str, Any]:
         if not len(self.names) == len(self.dtypes) == len(self.shapes):
             raise ValueError("names, dtypes and shapes must have the same length")
-        if self.backend not in ("nccl", "gloo"):
-            raise ValueError(f"backend must be 'nccl' or 'gloo', got {self.backend!r}")
-        return {"names": list(self.names), "dtypes": list(self.dtypes), "shapes": [list(s) for s in self.shapes],
-                "group_name": self.group_name, "master_address": self.master_address,
-                "master_port": int(self.master_port), "backend": self.backend}
+        if not self.names:
+            raise ValueError("a push needs at least one tensor")
+        return {"group_name": self.group_name, "names": [str(n) for n in self.names],
+                "dtypes": [str(d) for d in self.dtypes], "shapes": [[int(d) for d in s] for s in self.shapes]}
+
+
+@dataclass(frozen=True)
+class WeightGroupMember:
+    slot: int
+    rank_offset: int
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """A distributed weight group PEARL set up over its active workers; the trainer joins
+    it as rank 0 of ``world_size`` ranks (see docs/adapter.md)."""
+
+    group_name: str
+    world_size: int
+    members: tuple[WeightGroupMember, ...]
+    backend: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "WeightGroup":
+        members = tuple(WeightGroupMember(slot=int(m["slot"]), rank_offset=int(m["rank_offset"]))
+                        for m in data["members"])
+        return cls(group_name=str(data["group_name"]), world_size=int(data["world_size"]), members=members,
+                   backend=str(data.get("backend", "nccl")))
+
+
+@dataclass(frozen=True)
+class WeightGroupDestroyed:
+    group_name: str
+    members: Mapping[str, str]  # slot -> "ok" or why the member could not tear it down
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "WeightGroupDestroyed":
+        members = {str(k): str(v) for k, v in dict(data.get("members", {})).items()}
+        return cls(group_name=str(data["group_name"]), members=MappingProxyType(members))
 
 
 def state_from_json(data: Mapping[str, Any]) -> dict[str, Any]:

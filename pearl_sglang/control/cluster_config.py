@@ -18,6 +18,8 @@ Example (``examples/cluster-emulated.yaml``)::
     thresholds: {ratio: 0.05, mode: 0.15}
     gate: {toggle_cost_s: 10.0, alpha: 0.3, enabled: true}
     deadlines: {train_begin_s: 60, leave_s: 30, join_s: 900, drain_s: 20}
+    weights: {max_staleness: 0, group_init_timeout_s: 600}
+    recovery: {pd_probe_backoff_s: [1, 5, 20]}
 
 Every key is documented on its dataclass below; unknown keys are errors (a typo must not
 silently fall back to a default).
@@ -31,6 +33,14 @@ from typing import Any, Mapping
 
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.profile import Profile
+
+
+def fixed_ratio(pd_mode: str) -> tuple[int, int] | None:
+    """``"P:D"`` (positive integers) as (P, D); None for anything else."""
+    p, sep, d = str(pd_mode).partition(":")
+    if sep and p.isdigit() and d.isdigit() and int(p) > 0 and int(d) > 0:
+        return int(p), int(d)
+    return None
 
 
 class ConfigError(ValueError):
@@ -133,6 +143,40 @@ class Deadlines:
 
 
 @dataclass(frozen=True)
+class WeightsConfig:
+    """``max_staleness``: adopted weight pushes a worker may lag and still serve (0: a
+    worker that missed the latest push leaves routing and is replaced at once).
+    ``group_init_timeout_s``: how long workers wait in ``/init_weights_update_group`` for
+    the trainer to join a distributed weight group as rank 0."""
+
+    max_staleness: int = 0
+    group_init_timeout_s: float = 600.0
+
+    def validate(self) -> None:
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
+                or self.max_staleness < 0:
+            raise ConfigError(f"weights.max_staleness must be an integer >= 0, got {self.max_staleness!r}")
+        if isinstance(self.group_init_timeout_s, bool) or not isinstance(self.group_init_timeout_s, (int, float)) \
+                or self.group_init_timeout_s <= 0:
+            raise ConfigError("weights.group_init_timeout_s must be a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """``pd_probe_backoff_s``: after a group fails its PD probe (the pair cannot transfer
+    KV) and is cancelled, wait each delay in turn and re-plan, which relaunches the
+    cancelled workers on the same GPUs and pairs them again; then give up until the next
+    event."""
+
+    pd_probe_backoff_s: tuple[float, ...] = (1.0, 5.0, 20.0)
+
+    def validate(self) -> None:
+        if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0
+                   for d in self.pd_probe_backoff_s):
+            raise ConfigError("recovery.pd_probe_backoff_s must be a list of non-negative seconds")
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
@@ -141,7 +185,11 @@ class ClusterConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     gate: GateConfig = field(default_factory=GateConfig)
     deadlines: Deadlines = field(default_factory=Deadlines)
-    pd_mode: str = "auto"  # "auto" (the decision engine), "colocated", or "disaggregated"
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    # "auto" (the decision engine), "colocated", "disaggregated" (the best P:D ratio), or a
+    # fixed "P:D" ratio scaled to the budget (benchmarks: the PD sweep, ratio selection).
+    pd_mode: str = "auto"
     # Emulated seconds per real second (the emulator's --time-scale; 1 for real GPUs): the
     # control plane measures on its own clock and converts before fitting the profile.
     time_scale: float = 1.0
@@ -153,12 +201,15 @@ class ClusterConfig:
         self.engine.validate()
         self.launcher.validate()
         self.zones.validate(self.engine.tp_size)
+        self.weights.validate()
+        self.recovery.validate()
         if self.profile is None:
             raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
         if not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):
             raise ConfigError("time_scale must be a positive number")
-        if self.pd_mode not in ("auto", "colocated", "disaggregated"):
-            raise ConfigError(f"pd_mode must be auto, colocated or disaggregated, got {self.pd_mode!r}")
+        if self.pd_mode not in ("auto", "colocated", "disaggregated") and fixed_ratio(self.pd_mode) is None:
+            raise ConfigError(f"pd_mode must be auto, colocated, disaggregated or a fixed P:D ratio "
+                              f"such as '3:5', got {self.pd_mode!r}")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ClusterConfig":
@@ -173,6 +224,9 @@ class ClusterConfig:
             engine["extra_args"] = tuple(str(a) for a in engine["extra_args"])
         zones = dict(data.get("zones") or {})
         zones = {k: tuple(v) for k, v in zones.items()}
+        recovery = data.get("recovery")
+        if isinstance(recovery, Mapping) and isinstance(recovery.get("pd_probe_backoff_s"), (list, tuple)):
+            recovery = {**recovery, "pd_probe_backoff_s": tuple(recovery["pd_probe_backoff_s"])}
         try:
             profile = Profile(**data["profile"]) if data.get("profile") is not None else None
             thresholds = Thresholds(**(data.get("thresholds") or {}))
@@ -185,6 +239,8 @@ class ClusterConfig:
             profile=profile, thresholds=thresholds,
             gate=_build(GateConfig, data.get("gate"), "gate"),
             deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
+            weights=_build(WeightsConfig, data.get("weights"), "weights"),
+            recovery=_build(RecoveryConfig, recovery, "recovery"),
             pd_mode=data.get("pd_mode", "auto"),
             time_scale=data.get("time_scale", 1.0),
             state_dir=data.get("state_dir"),

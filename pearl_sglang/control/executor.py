@@ -45,6 +45,15 @@ class ActivationFailed(RuntimeError):
     """A worker of a group could not be made ready; the whole group is cancelled."""
 
 
+class GroupCancelled(ActivationFailed):
+    """A group was cancelled because some of its workers could not be made ready."""
+
+
+class PdProbeFailed(ActivationFailed):
+    """A new pair could not transfer KV; relaunching its workers may fix it, so the
+    control plane re-plans after a back-off."""
+
+
 def launch_role(role: Role) -> LaunchRole:
     return LaunchRole(role.value)
 
@@ -145,7 +154,8 @@ class PlanExecutor:
     async def verify_pd(self, events: list[Event]) -> None:
         """Probe every new or re-activated PD worker with a partner before admission (the
         KV-transfer metadata refresh after resume, or a fresh pair, is proven by a real
-        transfer). A failure cancels the group; the next plan relaunches its workers."""
+        transfer). A failure cancels the group; the control plane then re-plans, which
+        relaunches its workers and pairs them again."""
         table = self.store.table
         fresh: dict[Role, list[tuple[int, str, int | None]]] = {Role.PREFILL: [], Role.DECODE: []}
         for e in events:
@@ -172,10 +182,10 @@ class PlanExecutor:
         try:
             outcomes = await asyncio.wait_for(gather_settled(*probes), self.deadlines.drain_s + 30)
         except asyncio.TimeoutError as e:
-            raise ActivationFailed("PD probe timed out before admission") from e
+            raise PdProbeFailed("PD probe timed out before admission") from e
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         if failed:
-            raise ActivationFailed(f"PD probe failed before admission: {failed[0]!r}") from failed[0]
+            raise PdProbeFailed(f"PD probe failed before admission: {failed[0]!r}") from failed[0]
 
     async def admit(self, events: list[Event], operation: str) -> None:
         if not events:

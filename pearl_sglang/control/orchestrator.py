@@ -13,28 +13,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.executor import ActivationFailed, PlanExecutor
+from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
-from pearl_sglang.control.weights import WeightSnapshot, push_to_workers
+from pearl_sglang.control.weight_group import WeightGroups
+from pearl_sglang.control.weight_pushes import WeightPushes
+from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
-    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerFailed,
+    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
@@ -46,7 +49,15 @@ class OutOfOrder(RuntimeError):
     """A call that contradicts the training state (two train_begin, finished without begin)."""
 
 
-class Orchestrator:
+@dataclass(frozen=True)
+class Growth:
+    """What a background growth admitted, or why it admitted nothing."""
+
+    admitted: tuple[int, ...] = ()
+    reason: str | None = None
+
+
+class Orchestrator(WeightPushes):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -59,6 +70,9 @@ class Orchestrator:
         # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
         self.snapshot = WeightSnapshot(version=config.engine.weight_version,
                                        model_path=config.engine.model_path or None)
+        # Adopted pushes, numbered: the router keeps workers too far behind out of routing.
+        self.pushes = PushLog.start(self.snapshot.version, max_staleness=config.weights.max_staleness)
+        self.groups = WeightGroups(executor.ops, init_timeout_s=config.weights.group_init_timeout_s)
         self.decisions: deque[dict[str, Any]] = deque(maxlen=50)
         self.borrowing = False
         self.training = False
@@ -98,7 +112,10 @@ class Orchestrator:
         for slot, pid in result.adopted.items():
             if adopt is not None:
                 adopt(slot, pid)
-        self.snapshot = WeightSnapshot(**record.snapshot)
+        self.snapshot = WeightSnapshot.from_dict(record.snapshot)
+        reported = tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))
+        self.pushes = PushLog.start(self.snapshot.version, max_staleness=self.config.weights.max_staleness,
+                                    also=reported)
         self.training, self.borrowing = record.training, record.borrowing
         self.last_step = dict(record.last_step)
         self.recovery = {"intent": record.intent, "notes": result.notes}
@@ -107,7 +124,7 @@ class Orchestrator:
                 self.store.replace_locked(result.table)
             await self._deactivate_leaving("recovery", self.config.deadlines.train_begin_s)
             p = await self._begin("recovery", borrow=self.borrowing and not self.training)
-        await self._grow(p, "recovery")
+        await self._grow_with_retries(p, "recovery")
 
     # -- inputs of decisions -------------------------------------------------------------
     def profile(self) -> Profile:
@@ -188,24 +205,39 @@ class Orchestrator:
                     raise r
             log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
             await self.executor.cancel_group([a.slot for a in adds] + switching)
-            return []
+            raise GroupCancelled(f"{len(failed)} worker(s) could not be made ready: {failed[0]}")
         try:
             await self.executor.verify_pd(list(results))
         except ActivationFailed as e:
             log.warning("%s: %s; cancelling the group", operation, e)
             await self.executor.cancel_group([a.slot for a in adds] + switching)
-            return []
+            raise
         await self.executor.admit(list(results), operation)
         return [a.slot for a in adds]
 
-    def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
-        async def run() -> list[int]:
+    async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:
+        """``_grow``; after a failed PD probe (group cancelled), wait each back-off delay
+        and re-plan, which relaunches the cancelled workers and pairs them anew."""
+        backoff = self.config.recovery.pd_probe_backoff_s
+        for attempt in range(len(backoff) + 1):
             try:
-                return await self._grow(p, operation)
+                return Growth(tuple(await self._grow(p, operation)))
+            except PdProbeFailed as e:
+                reason = str(e)
+                if attempt == len(backoff):
+                    log.warning("%s: %s; giving up until the next event", operation, e)
+                    break
+                await asyncio.sleep(backoff[attempt])
+                async with self._lock:
+                    p = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
             except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
+                reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
-                return []
-        self._growth = asyncio.ensure_future(run())
+                break
+        return Growth(reason=reason)
+
+    def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
+        self._growth = asyncio.ensure_future(self._grow_with_retries(p, operation))
         return self._growth
 
     async def _cancel_growth(self) -> None:
@@ -227,7 +259,7 @@ class Orchestrator:
             return [w.slot for w in self.store.table.active()]
         async with self._lock:
             p = await self._begin("bootstrap", borrow=False)
-        return await self._grow(p, "bootstrap")
+        return list((await self._grow_with_retries(p, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
         return await self._once(request_id, lambda: self._train_begin(step))
@@ -313,13 +345,15 @@ class Orchestrator:
             p = await self._begin("gpus_join", borrow=self.borrowing)
             task = self._start_growth(p, "inter_scale")
         try:
-            admitted = await asyncio.shield(task)
+            grown = await asyncio.shield(task)
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise  # this call itself was cancelled
             return {"action": "join", "admitted": [], "cancelled": True,
                     "reason": "pre-empted by a mandatory return; the GPUs stay in the budget"}
-        return {"action": "join", "admitted": admitted, "cancelled": not admitted and bool(p.add)}
+        reason = {"reason": grown.reason} if grown.reason else {}
+        return {"action": "join", "admitted": list(grown.admitted), "cancelled": not grown.admitted and bool(p.add),
+                **reason}
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
                          request_id: str | None = None) -> dict[str, Any]:
@@ -338,36 +372,6 @@ class Orchestrator:
             self._start_growth(p, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
-    async def update_weights(self, *, snapshot: WeightSnapshot, request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._update_weights(snapshot))
-
-    async def _update_weights(self, snapshot: WeightSnapshot) -> dict[str, Any]:
-        previous, self.snapshot = self.snapshot, snapshot  # joiners and re-activations sync to it
-        self._persist()
-        workers = self.store.table.active()
-        with self.executor.router.breakers.planned_pause(w.slot for w in workers):
-            results = await push_to_workers(self.executor.ops, [w.endpoint for w in workers], snapshot)
-        answer = {str(w.slot): r for w, r in zip(workers, results)}
-        ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
-        failed = [w.slot for w, r in zip(workers, results) if r != "ok"]
-        if workers and not ok:
-            # Nobody could load it: the snapshot is unusable, the fleet keeps its weights.
-            self.snapshot = previous
-            self._persist()
-            return {"version": snapshot.version, "latest": previous.version, "applied": False, "workers": answer}
-        if ok:
-            await self.store.apply([WeightsUpdated(ok, snapshot.version)])
-        if failed:
-            # A worker on old weights must not serve: it leaves, and a new plan brings a
-            # replacement up at the latest snapshot on the same GPUs.
-            async with self._lock:
-                await self.store.apply([WorkerFailed(s) for s in failed if self.store.table.has(s)])
-                for s in failed:
-                    await self.executor.kill(s)
-                p = await self._begin("weights_repair", borrow=self.borrowing)
-                self._start_growth(p, "weights_repair")
-        return {"version": snapshot.version, "latest": snapshot.version, "applied": True, "workers": answer}
-
     async def set_pd_mode(self, mode: str) -> dict[str, Any]:
         """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the
         cluster is re-planned at once and the answer comes when the change is admitted."""
@@ -382,9 +386,13 @@ class Orchestrator:
 
     async def shutdown(self) -> None:
         await self._cancel_growth()
+        await self.groups.close()
 
     def state(self) -> dict[str, Any]:
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
                 "last_step": self.last_step, "recovery": self.recovery,
-                "weights": self.snapshot.to_dict(), "training": self.training, "borrowing": self.borrowing,
+                "weights": self.snapshot.to_dict(), "weight_groups": self.groups.describe(),
+                "pushes": {"number": self.pushes.number, "max_staleness": self.pushes.max_staleness,
+                           "servable_versions": list(self.pushes.versions)},
+                "training": self.training, "borrowing": self.borrowing,
                 "toggle_cost_s": self.toggle.estimate_s, "profile_steps": self.tracker.steps}

@@ -3,13 +3,15 @@
 PEARL keeps only the version and where to load it from. Active workers get each push at
 once; a worker that joins or is re-activated later syncs to the latest snapshot after it
 starts and before it is admitted, so no request ever reaches a worker on stale weights
-beyond the configured staleness.
+beyond the configured staleness. A snapshot pushed over a distributed group exists only in
+the workers that received it unless the trainer also saved it (``model_path``); then a
+worker that would need it later cannot be synced, and its activation fails.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import asyncio
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 
@@ -19,9 +21,30 @@ class WeightSnapshot:
     version: str
     model_path: str | None = None
     load_format: str | None = None
+    group: str | None = None  # the distributed weight group it was broadcast over, if any
+
+    @property
+    def reloadable(self) -> bool:
+        """Whether a worker that missed this snapshot can still load it."""
+        return self.model_path is not None or self.group is None
 
     def to_dict(self) -> dict:
-        return {"version": self.version, "model_path": self.model_path, "load_format": self.load_format}
+        out = {"version": self.version, "model_path": self.model_path, "load_format": self.load_format,
+               "group": self.group, "joiners_can_sync": self.reloadable}
+        if not self.reloadable:
+            out["note"] = (f"{self.version} was broadcast over group {self.group!r} without a disk copy "
+                           "('model_path'): workers that join or are re-activated cannot load it, so "
+                           "their activation fails until the next push with a model_path")
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "WeightSnapshot":
+        return cls(version=data["version"], model_path=data.get("model_path"),
+                   load_format=data.get("load_format"), group=data.get("group"))
+
+
+class NoDiskCopy(RuntimeError):
+    """The worker needs weights that exist only in the workers that received a broadcast."""
 
 
 async def sync_worker(ops: WorkerOps, url: str, snapshot: WeightSnapshot, *, reload: bool) -> None:
@@ -31,21 +54,31 @@ async def sync_worker(ops: WorkerOps, url: str, snapshot: WeightSnapshot, *, rel
     if info.get("weight_version") == snapshot.version and not reload:
         return
     if snapshot.model_path is None:
-        if reload:
-            raise RuntimeError(f"weights of {snapshot.version} have no disk snapshot to reload from")
+        if reload or snapshot.group is not None:
+            raise NoDiskCopy(f"weights of {snapshot.version} have no disk copy to load from (pass "
+                             "'model_path' with distributed pushes so that new workers can sync)")
         await ops.set_version(url, snapshot.version)
         return
     await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,
                                load_format=snapshot.load_format)
 
 
-async def push_to_workers(ops: WorkerOps, urls: list[str], snapshot: WeightSnapshot) -> list[str]:
-    """Load ``snapshot`` on every worker at once; per worker ``"ok"`` or the error."""
+Push = Callable[[str], Awaitable[None]]
+
+
+def from_disk(ops: WorkerOps, snapshot: WeightSnapshot) -> Push:
+    async def push(url: str) -> None:
+        await ops.update_from_disk(url, model_path=snapshot.model_path or "", version=snapshot.version,
+                                   load_format=snapshot.load_format)
+    return push
+
+
+async def push_to_workers(urls: list[str], push: Push) -> list[str]:
+    """Run ``push`` on every worker at once; per worker ``"ok"`` or the error."""
 
     async def one(url: str) -> str:
         try:
-            await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,
-                                       load_format=snapshot.load_format)
+            await push(url)
             return "ok"
         except WorkerOpError as e:
             return str(e)

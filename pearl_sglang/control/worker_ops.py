@@ -7,6 +7,7 @@ versions, in-place prefill <-> decode switches, and ``/model_info`` for reconcil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,9 @@ class WorkerOps:
     session: aiohttp.ClientSession
     timeout_s: float = 120.0
 
-    async def _call(self, url: str, method: str, path: str, body: Any = None) -> Any:
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+    async def _call(self, url: str, method: str, path: str, body: Any = None, *,
+                    timeout_s: float | None = None) -> Any:
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         try:
             async with self.session.request(method, url + path, json=body, timeout=timeout) as r:
                 data = await r.read()
@@ -70,6 +72,32 @@ class WorkerOps:
     async def set_version(self, url: str, version: str) -> None:
         await self._call(url, "POST", "/update_weight_version", {"new_version": version,
                                                                   "abort_all_requests": False})
+
+    async def init_weight_group(self, url: str, *, master_address: str, master_port: int, rank_offset: int,
+                                world_size: int, group_name: str, backend: str, timeout_s: float) -> None:
+        """Returns only once every rank, the trainer's rank 0 included, has joined."""
+        await self._call(url, "POST", "/init_weights_update_group", {
+            "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
+            "world_size": world_size, "group_name": group_name, "backend": backend}, timeout_s=timeout_s)
+
+    async def destroy_weight_group(self, url: str, group_name: str) -> None:
+        await self._call(url, "POST", "/destroy_weights_update_group", {"group_name": group_name})
+
+    async def update_from_distributed(self, url: str, *, group_name: str, names: list[str], dtypes: list[str],
+                                      shapes: list[list[int]], version: str) -> None:
+        """Receive one broadcast of every tensor from rank 0. SGLang on CPU refuses this
+        outside ``/begin_weight_update`` .. ``/end_weight_update`` (and a trainer already
+        broadcasting then hangs), so callers bracket it with ``begin``/``end``."""
+        await self._call(url, "POST", "/begin_weight_update", {})
+        try:
+            await self._call(url, "POST", "/update_weights_from_distributed", {
+                "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
+                "flush_cache": True, "abort_all_requests": False, "weight_version": version})
+        except BaseException:
+            with contextlib.suppress(WorkerOpError):  # the update's error is the one to report
+                await self._call(url, "POST", "/end_weight_update", {})
+            raise
+        await self._call(url, "POST", "/end_weight_update", {})
 
     async def switch_role(self, url: str, role: str) -> dict[str, Any]:
         body: dict[str, Any] = {"new_role": role}

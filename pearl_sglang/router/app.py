@@ -133,7 +133,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
               launcher_factory: LauncherFactory = local_launcher) -> web.Application:
     config.validate()
     st = RouterState(
-        config=config, store=store, selector=Selector(), inflight=InFlightRegistry(),
+        config=config, store=store, selector=Selector(pushes=lambda: st.control.pushes if st.control else None),
+        inflight=InFlightRegistry(),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
         metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})

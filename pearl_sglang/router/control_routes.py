@@ -7,9 +7,11 @@ from typing import Any
 from aiohttp import web
 
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
+from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
+                                               MembershipChanged, TensorSpecs, UnknownGroup)
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.errors import CoreError
-from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
+from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, UpstreamFailed
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 
@@ -85,6 +87,15 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         raise Conflict(str(e), kind="out_of_order") from e
     except CoreError as e:
         raise Conflict(str(e), kind="invalid_transition") from e
+    except InvalidGroupRequest as e:
+        raise BadRequest(str(e)) from e
+    except UnknownGroup as e:
+        raise NotFound(str(e), kind="unknown_weight_group") from e
+    except (GroupExists, MembershipChanged) as e:
+        raise Conflict(str(e), kind="weight_group_membership" if isinstance(e, MembershipChanged)
+                       else "weight_group_exists") from e
+    except GroupInitFailed as e:
+        raise UpstreamFailed(str(e), kind="weight_group_init_failed") from e
     except asyncio.TimeoutError as e:
         raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
 
@@ -114,14 +125,59 @@ async def update_weights(request: web.Request) -> web.Response:
     version = _opt_str(body, "version")
     if version is None:
         raise BadRequest("'version' is required")
+    path, fmt, rid = _opt_str(body, "model_path"), _opt_str(body, "load_format"), _opt_str(body, "request_id")
     if "distributed" in body:
-        raise BadRequest("distributed weight pushes are not supported yet; save the weights and pass "
-                         "'model_path'", kind="unsupported")
-    path = _opt_str(body, "model_path")
+        group, tensors = _distributed(body["distributed"])
+        snapshot = WeightSnapshot(version=version, model_path=path, load_format=fmt, group=group)
+        return await _run(orch.update_weights(snapshot=snapshot, tensors=tensors, request_id=rid))
     if path is None:
-        raise BadRequest("'model_path' is required (a checkpoint folder the workers can read)")
-    snapshot = WeightSnapshot(version=version, model_path=path, load_format=_opt_str(body, "load_format"))
-    return await _run(orch.update_weights(snapshot=snapshot, request_id=_opt_str(body, "request_id")))
+        raise BadRequest("'model_path' is required (a checkpoint folder the workers can read), or "
+                         "'distributed' for a broadcast over a weight group")
+    snapshot = WeightSnapshot(version=version, model_path=path, load_format=fmt)
+    return await _run(orch.update_weights(snapshot=snapshot, request_id=rid))
+
+
+MAX_TENSORS = 1 << 16
+
+
+def _distributed(spec: Any) -> tuple[str, TensorSpecs]:
+    """``{"group_name", "names", "dtypes", "shapes"}`` as typed specs (lengths are checked
+    by ``TensorSpecs.validate``)."""
+    if not isinstance(spec, dict):
+        raise BadRequest("'distributed' must be an object {group_name, names, dtypes, shapes}")
+    group = _opt_str(spec, "group_name")
+    if group is None:
+        raise BadRequest("'distributed.group_name' is required")
+    lists = {k: spec.get(k) for k in ("names", "dtypes", "shapes")}
+    for key, value in lists.items():
+        if not isinstance(value, list) or len(value) > MAX_TENSORS:
+            raise BadRequest(f"'distributed.{key}' must be a list of at most {MAX_TENSORS} items")
+    if not all(isinstance(n, str) and n for n in lists["names"] + lists["dtypes"]):
+        raise BadRequest("'distributed.names' and 'distributed.dtypes' must hold non-empty strings")
+    shapes = lists["shapes"]
+    if not all(isinstance(sh, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in sh)
+               for sh in shapes):
+        raise BadRequest("'distributed.shapes' must be a list of integer lists, one per tensor")
+    return group, TensorSpecs(names=tuple(lists["names"]), dtypes=tuple(lists["dtypes"]),
+                              shapes=tuple(tuple(sh) for sh in shapes))
+
+
+async def weight_group(request: web.Request) -> web.Response:
+    orch = _control(request)
+    body = await _body(request)
+    action, name, rid = body.get("action"), _opt_str(body, "group_name"), _opt_str(body, "request_id")
+    if name is None:
+        raise BadRequest("'group_name' is required")
+    if action == "destroy":
+        return await _run(orch.weight_group(destroy=name, request_id=rid))
+    if action != "init":
+        raise BadRequest("'action' must be 'init' or 'destroy'")
+    address, backend = _opt_str(body, "master_address"), body.get("backend", "nccl")
+    if address is None:
+        raise BadRequest("'master_address' is required (where the trainer, rank 0, listens)")
+    spec = GroupSpec(group_name=name, master_address=address, master_port=_int(body, "master_port"),
+                     backend=backend if isinstance(backend, str) else "")
+    return await _run(orch.weight_group(spec=spec, request_id=rid))
 
 
 async def gpus(request: web.Request) -> web.Response:
@@ -155,3 +211,4 @@ def add_control_routes(app: web.Application) -> None:
     r.add_post("/update_weights", update_weights)
     r.add_post("/pearl/gpus", gpus)
     r.add_post("/pearl/pd_mode", pd_mode)
+    r.add_post("/pearl/weight_group", weight_group)

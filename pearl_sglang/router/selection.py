@@ -7,13 +7,17 @@ least-loaded decode. Prefix ownership is learned from the requests themselves: p
 are cut into fixed blocks whose chained hashes map to the slot that last served them, so
 the next turn of a trajectory (whose prompt extends the previous one) finds its worker
 without any client cooperation; an explicit trajectory id, when given, wins.
+
+A worker whose weights lag more adopted pushes than the control plane allows (its
+``PushLog``, read on every choice) is never chosen; the control plane repairs it.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
+from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
 
 TOKEN_BLOCK = 64
@@ -72,16 +76,22 @@ class SelectionPolicy:
 
 
 class Selector:
-    """Routing core. Holds only learned affinity, never worker state."""
+    """Routing core. Holds only learned affinity, never worker state; ``pushes`` reads
+    the control plane's weight log (None: no bound, e.g. attach mode)."""
 
-    def __init__(self, policy: SelectionPolicy = SelectionPolicy()) -> None:
+    def __init__(self, policy: SelectionPolicy = SelectionPolicy(),
+                 pushes: Callable[[], PushLog | None] = lambda: None) -> None:
         self.policy = policy
+        self.pushes = pushes
         self._block_owner: OrderedDict[int, int] = OrderedDict()
         self._trajectory_owner: OrderedDict[str, int] = OrderedDict()
 
     def choose(self, table: StateTable, *, load: Mapping[int, int], key: tuple[int, ...],
                trajectory: str | None = None, exclude: Iterable[int] = ()) -> Target:
         excluded = set(exclude)
+        log = self.pushes()
+        if log is not None:
+            excluded |= {w.slot for w in table.active() if not log.servable(w.weight_version)}
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
         if colocated:
             return Target(worker=self._with_affinity(colocated, load, key, trajectory))

@@ -101,6 +101,12 @@ class FakePearl:
     async def update_weights(self, request: web.Request, body: dict) -> web.Response:
         return _json({"version": body["version"], "workers": {"0": "ok", "1": "ok"}, "latest": body["version"]})
 
+    async def weight_group(self, request: web.Request, body: dict) -> web.Response:
+        if body["action"] == "destroy":
+            return _json({"group_name": body["group_name"], "destroyed": True, "members": {"0": "ok", "1": "ok"}})
+        return _json({"group_name": body["group_name"], "world_size": 3, "backend": body["backend"],
+                      "members": [{"slot": 0, "rank_offset": 1}, {"slot": 1, "rank_offset": 2}]})
+
     async def gpus(self, request: web.Request, body: dict) -> web.Response:
         if body["action"] == "join":
             return _json({"action": "join", "admitted": [f"slot-{g}" for g in body["gpus"]], "cancelled": False})
@@ -121,6 +127,7 @@ class FakePearl:
         app.router.add_post("/train_finished", self.train_finished)
         app.router.add_post("/update_weights", self.update_weights)
         app.router.add_post("/pearl/gpus", self.gpus)
+        app.router.add_post("/pearl/weight_group", self.weight_group)
         app.router.add_get("/pearl/state", self.state)
         app.router.add_post("/generate", self.generate)
         return app

@@ -34,10 +34,19 @@ async def test_endpoints_parse_answers(call, fake):
     assert finished.borrowing and finished.reason == "benefit"
     disk = await call("update_weights_from_disk", version="v7", model_path="/ckpt/7")
     assert disk.version == disk.latest == "v7" and not disk.failed
-    dist = DistributedWeights(names=["w"], dtypes=["bfloat16"], shapes=[[2, 2]], group_name="g",
-                              master_address="10.0.0.1", master_port=29500)
-    await call("update_weights_from_distributed", version="v8", distributed=dist)
-    assert fake.calls[-1].body["distributed"]["shapes"] == [[2, 2]]
+    group = await call("init_weight_group", group_name="g", master_address="10.0.0.1", master_port=29500,
+                       backend="gloo")
+    assert group.world_size == 3 and [(m.slot, m.rank_offset) for m in group.members] == [(0, 1), (1, 2)]
+    assert fake.calls[-1].body == {"action": "init", "group_name": "g", "master_address": "10.0.0.1",
+                                   "master_port": 29500, "backend": "gloo",
+                                   "request_id": fake.calls[-1].body["request_id"]}
+    dist = DistributedWeights(names=["w"], dtypes=["bfloat16"], shapes=[[2, 2]], group_name="g")
+    await call("update_weights_from_distributed", version="v8", distributed=dist, model_path="/ckpt/8")
+    assert fake.calls[-1].body["distributed"] == {"group_name": "g", "names": ["w"], "dtypes": ["bfloat16"],
+                                                  "shapes": [[2, 2]]}
+    assert fake.calls[-1].body["model_path"] == "/ckpt/8"
+    destroyed = await call("destroy_weight_group", "g")
+    assert destroyed.members == {"0": "ok", "1": "ok"} and fake.calls[-1].body["action"] == "destroy"
     joined = await call("join_gpus", ["node3:0"], hosts={"node3": "10.0.0.3"})
     assert joined.admitted == ("slot-node3:0",) and not joined.cancelled
     left = await call("leave_gpus", ["node3:0"], deadline_s=10)

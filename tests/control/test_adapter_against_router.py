@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from pearl_rl_adapter import AsyncPearlClient, PearlConflict, PearlRejected
+from pearl_rl_adapter import AsyncPearlClient, DistributedWeights, PearlConflict, PearlRejected
 from pearl_sglang.core.state import Activity, Zone
 from tests.control.conftest import TOKEN, cluster_config, running_cluster
 from tests.control.test_elastic import SlowLauncher
@@ -52,3 +52,23 @@ async def test_weight_push_during_a_toggle_reaches_the_borrowed_workers(tiny_mod
         assert {w.weight_version for w in c.table.active()} == {"v9"}
         for _ in range(6):
             assert (await c.generate([5, 5, 5]))["meta_info"]["weight_version"] == "v9"
+
+
+async def test_distributed_push_through_the_adapter(tiny_model_dir):
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=0)) as c:
+        async with AsyncPearlClient(c.url, admin_token=TOKEN) as pearl:
+            group = await pearl.init_weight_group(group_name="g", master_address="127.0.0.1", master_port=29511,
+                                                  backend="gloo")
+            assert group.world_size == 3 and [m.rank_offset for m in group.members] == [1, 2]
+            dist = DistributedWeights(names=["lm_head.weight"], dtypes=["float32"], shapes=[[1024, 64]],
+                                      group_name="g")
+            pushed = await pearl.update_weights_from_distributed(version="v3", distributed=dist)
+            assert pushed.latest == "v3" and not pushed.failed
+            with pytest.raises(PearlRejected) as missing:
+                await pearl.update_weights_from_distributed(version="v4", distributed=DistributedWeights(
+                    names=["x"], dtypes=["float32"], shapes=[[1]], group_name="other"))
+            assert missing.value.status == 404
+            with pytest.raises(PearlConflict):
+                await pearl.init_weight_group(group_name="g", master_address="127.0.0.1", master_port=29511)
+            destroyed = await pearl.destroy_weight_group("g")
+            assert set(destroyed.members.values()) == {"ok"}

@@ -1,14 +1,19 @@
 """The control plane driving real SGLang 0.5.23 servers on CPU (process launcher): a worker
 added at runtime serves only at the latest weight version, an in-place prefill <-> decode
-switch with requests served across it, and a colocated <-> PD relaunch."""
+switch with requests served across it, a colocated <-> PD relaunch, and a weight push
+broadcast over gloo by a trainer process through PEARL's weight group."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.launchers import LocalLauncher
-from pearl_sglang.control.processes import SglangCpuStack
+from pearl_sglang.control.processes import SglangCpuStack, free_port
 from pearl_sglang.core.state import Role
 from tests.control.conftest import PROFILE, running_cluster
 from tests.support.workers import STACK_DIR
@@ -78,3 +83,61 @@ async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir
         assert c.table.active_topology().colocated == 2
         assert c.launcher.launches == launches + 2
         assert (await c.generate(ids, 20))["output_ids"] == expected
+
+
+async def _trainer(model_dir, spec_out, port, world_size, group):
+    """The gloo trainer as a subprocess of the SGLang venv (torch lives there)."""
+    stack = SglangCpuStack.load(STACK_DIR)
+    env = {**os.environ, **stack.env, "GLOO_SOCKET_IFNAME": "lo"}
+    return await asyncio.create_subprocess_exec(
+        stack.python, str(Path(__file__).with_name("gloo_trainer.py")), str(model_dir), str(spec_out), str(port),
+        str(world_size), group, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+
+
+async def test_distributed_push_over_gloo_serves_the_broadcast_weights(tiny_model_dir, tiny_model_variant_dir,
+                                                                       tmp_path):
+    config = real_config(tiny_model_dir, tmp_path, dedicated=1, pd_mode="colocated")
+    async with running_cluster(config, launcher_factory=local, settle_s=300) as c:
+        ids = [31, 32, 33, 34]
+        before = (await c.generate(ids, 12))["output_ids"]
+        port = free_port()
+        group = await c.admin("/pearl/weight_group", {"action": "init", "group_name": "pearl_gloo",
+                                                      "master_address": "127.0.0.1", "master_port": port,
+                                                      "backend": "gloo"})
+        assert group["world_size"] == 2 and group["members"] == [{"slot": 0, "rank_offset": 1}]
+        spec_file = tmp_path / "spec.json"
+        trainer = await _trainer(tiny_model_variant_dir, spec_file, port, group["world_size"], "pearl_gloo")
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 120
+            while not spec_file.exists():
+                assert trainer.returncode is None and loop.time() < deadline, "trainer did not start"
+                await asyncio.sleep(0.2)
+            spec = json.loads(spec_file.read_text())
+            assert set(spec["dtypes"]) == {"float32"}
+            started = loop.time()
+            pushed = await c.admin("/update_weights", {"version": "v-dist", "distributed": {
+                "group_name": "pearl_gloo", **spec}})
+            push_s = loop.time() - started
+            out, _ = await asyncio.wait_for(trainer.communicate(), 120)
+            assert trainer.returncode == 0, out.decode(errors="replace")[-2000:]
+        finally:
+            if trainer.returncode is None:
+                trainer.kill()
+                await trainer.wait()
+        assert pushed["workers"] == {"0": "ok"} and pushed["applied"], pushed
+        worker = c.table.worker(0)
+        assert worker.weight_version == "v-dist"
+        info = (await c.client.get(worker.endpoint + "/model_info")).json()
+        assert info["weight_version"] == "v-dist"
+        on_dist = await c.generate(ids, 12)
+        assert on_dist["meta_info"]["weight_version"] == "v-dist"
+        assert on_dist["output_ids"] != before  # the broadcast really replaced the weights
+        await c.admin("/pearl/weight_group", {"action": "destroy", "group_name": "pearl_gloo"})
+        # The same weights loaded from disk give the same greedy output.
+        await c.admin("/update_weights", {"version": "v-disk", "model_path": str(tiny_model_variant_dir),
+                                          "load_format": "auto"})
+        on_disk = await c.generate(ids, 12)
+        assert on_disk["meta_info"]["weight_version"] == "v-disk"
+        assert on_disk["output_ids"] == on_dist["output_ids"]
+        print(f"distributed push of {len(spec['names'])} tensors took {push_s:.2f}s")

@@ -1,0 +1,80 @@
+"""Weight pushes of the control plane: from disk or over a distributed group, numbered as
+adopted, with workers beyond the staleness bound replaced.
+
+A mixin of ``Orchestrator`` (it uses its store, executor, lock, push log and re-planning);
+kept apart so the event handling and the weight lifecycle read separately. The
+distributed group mechanics live in ``weight_group``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs
+from pearl_sglang.control.weights import WeightSnapshot, from_disk, push_to_workers
+from pearl_sglang.core.events import WeightsUpdated, WorkerFailed
+
+if TYPE_CHECKING:
+    from pearl_sglang.control.orchestrator import Orchestrator
+
+
+class WeightPushes:
+    async def update_weights(self: "Orchestrator", *, snapshot: WeightSnapshot,
+                             tensors: TensorSpecs | None = None, request_id: str | None = None) -> dict[str, Any]:
+        """Push ``snapshot`` from disk, or, with ``tensors``, receive it over the
+        distributed group ``snapshot.group`` while the trainer broadcasts."""
+        return await self._once(request_id, lambda: self._update_weights(snapshot, tensors))
+
+    async def _update_weights(self: "Orchestrator", snapshot: WeightSnapshot,
+                              tensors: TensorSpecs | None) -> dict[str, Any]:
+        if tensors is not None:
+            tensors.validate()
+            await self.groups.ready(snapshot.group or "")
+        workers = self.store.table.active()
+        push = (from_disk(self.executor.ops, snapshot) if tensors is None
+                else self.groups.pusher(snapshot.group or "", tensors, snapshot.version, workers))
+        previous, self.snapshot = self.snapshot, snapshot  # joiners and re-activations sync to it
+        self._persist()
+        with self.executor.router.breakers.planned_pause(w.slot for w in workers):
+            results = await push_to_workers([w.endpoint for w in workers], push)
+        answer = {str(w.slot): r for w, r in zip(workers, results)}
+        ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
+        adopted = not workers or bool(ok)
+        if adopted:
+            async with self.store.lock:  # the table and the push log change together
+                if ok:
+                    self.store.apply_locked([WeightsUpdated(ok, snapshot.version)])
+                self.pushes = self.pushes.adopt(snapshot.version)
+        else:
+            # Nobody could load it: the snapshot is unusable, the fleet keeps its weights.
+            self.snapshot = previous
+            self._persist()
+        await self._repair_stale()
+        return {"version": snapshot.version, "latest": self.snapshot.version, "applied": adopted,
+                "workers": answer, "push": self.pushes.number}
+
+    async def _repair_stale(self: "Orchestrator") -> None:
+        """A worker beyond the staleness bound (by default: any that missed the last
+        adopted push) must not serve: it leaves, and a new plan brings a replacement up at
+        the latest snapshot on the same GPUs."""
+        if all(self.pushes.servable(w.weight_version) for w in self.store.table.active()):
+            return
+        async with self._lock:  # decided on the table as it is under the lock
+            stale = [w.slot for w in self.store.table.active() if not self.pushes.servable(w.weight_version)]
+            if not stale:
+                return
+            await self.store.apply([WorkerFailed(s) for s in stale])
+            for s in stale:
+                await self.executor.kill(s)
+            p = await self._begin("weights_repair", borrow=self.borrowing)
+            self._start_growth(p, "weights_repair")
+
+    async def weight_group(self: "Orchestrator", *, spec: GroupSpec | None = None,
+                           destroy: str | None = None, request_id: str | None = None) -> dict[str, Any]:
+        """Create ``spec`` (members: the active workers now) or destroy the group named
+        ``destroy``."""
+        async def act() -> dict[str, Any]:
+            if spec is None:
+                return await self.groups.destroy(destroy or "")
+            async with self._lock:
+                return self.groups.init(spec, self.store.table.active(), self.config.engine.tp_size)
+        return await self._once(request_id, act)
