@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
-    sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 4, 64, NAME)
+    sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 3, 64, NAME)
     grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, steps=steps, system=system)
             for g in sizes for label, system, mode in VARIANTS}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)

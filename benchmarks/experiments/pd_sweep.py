@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         batches, modes, steps, name = (64,), ["colocated", "2:6", "4:4", "6:2"], 2, NAME + "-quick"
     else:
-        batches, modes, steps, name = (32, 64, 128), fixed.splits(GPUS // 2), 3, NAME
+        batches, modes, steps, name = (32, 64, 128), fixed.splits(GPUS // 2), 2, NAME
     grid = {(b, m): fixed.job(gpus=GPUS, pd_mode=m, batch=b, steps=steps) for b in batches for m in modes}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)
     tput = {k: fixed.rollout_tok_s(results[j.name]) for k, j in grid.items()}

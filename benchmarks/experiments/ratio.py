@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
-    points, steps, name = ((4, 6), 2, NAME + "-quick") if args.quick else (POINTS, 3, NAME)
+    points, steps, name = ((4, 6), 2, NAME + "-quick") if args.quick else (POINTS, 2, NAME)
     batch = 32 if args.quick else args.batch_size
     grid = {(g, m): fixed.job(gpus=g, pd_mode=m, batch=batch, steps=steps) for g in points for m in fixed.splits(g // 2)}
     auto = {g: fixed.job(gpus=g, pd_mode="auto", batch=batch, steps=steps) for g in points}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.control.cluster_config import ClusterConfig, fixed_ratio
 from pearl_sglang.core.decision import Decision, decide
 from pearl_sglang.core.gate import GateDecision, gate_for_profile
 from pearl_sglang.core.profile import Profile
@@ -16,12 +16,17 @@ from pearl_sglang.core.topology import Topology
 def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int) -> Decision:
     """``pd_mode`` "auto" is the decision engine's choice (with hysteresis against the
     table's topology); "colocated" and "disaggregated" pin the mode (the baselines and the
-    forced-PD ablation) and keep the engine's candidates for the record."""
+    forced-PD ablation), and "P:D" pins the ratio, scaled to the budget (with at least one
+    of each); the engine's candidates stay in the record."""
     current = table.topology()
     decision = decide(profile, budget=budget, current=current if current.total else None,
                       thresholds=config.thresholds)
     mode = config.pd_mode
-    if mode == "colocated" or (mode == "disaggregated" and budget < 2):
+    ratio = fixed_ratio(mode)
+    if ratio is not None and budget >= 2:
+        prefill = min(max(round(budget * ratio[0] / sum(ratio)), 1), budget - 1)
+        return replace(decision, choice=Topology.pd(prefill, budget - prefill), reason=f"pd_mode={mode}")
+    if mode == "colocated" or (mode != "auto" and budget < 2):
         return replace(decision, choice=Topology(0, 0, budget), reason=f"pd_mode={mode}")
     if mode == "disaggregated":
         pd = [c for c in decision.candidates if not c.topology.colocated]

@@ -1,0 +1,38 @@
+"""``pd_mode: "P:D"`` pins the prefill:decode ratio (the PD sweep and ratio selection)."""
+from __future__ import annotations
+
+import pytest
+
+from pearl_sglang.control.cluster_config import ConfigError, fixed_ratio
+from pearl_sglang.control.policy import target_topology
+from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.state import StateTable
+from pearl_sglang.core.topology import Topology
+from tests.control.conftest import PROFILE, cluster_config
+
+
+def test_fixed_ratio_parses_positive_pairs_only():
+    assert fixed_ratio("3:5") == (3, 5)
+    for bad in ("0:3", "3:0", "a:b", "3:", ":3", "3:5:1", "-1:2", "auto", "disaggregated"):
+        assert fixed_ratio(bad) is None, bad
+
+
+@pytest.mark.parametrize("mode", ["2:0", "x:y", "pd"])
+def test_config_refuses_bad_pd_modes(tmp_path, mode):
+    with pytest.raises(ConfigError, match="pd_mode"):
+        cluster_config(tmp_path, pd_mode=mode)
+
+
+@pytest.mark.parametrize("mode, budget, expect", [
+    ("3:5", 8, Topology.pd(3, 5)),
+    ("1:3", 4, Topology.pd(1, 3)),
+    ("7:1", 2, Topology.pd(1, 1)),      # at least one of each
+    ("1:7", 4, Topology.pd(1, 3)),
+    ("1:1", 1, Topology.coloc(1)),      # one worker cannot disaggregate
+])
+def test_policy_scales_the_ratio_to_the_budget(tmp_path, mode, budget, expect):
+    config = cluster_config(tmp_path, dedicated=8, overlap=0, pd_mode=mode)
+    table = StateTable.create(tp_size=1, dedicated_gpus=config.zones.dedicated, overlap_gpus=())
+    decision = target_topology(config, table, Profile.from_dict(PROFILE), budget)
+    assert decision.choice == expect
+    assert decision.reason == f"pd_mode={mode}"
