@@ -10,7 +10,7 @@ from benchmarks.experiments.report import md_table, pyplot, write
 from benchmarks.experiments.runner import RESULTS, run_jobs
 
 NAME = "ablation"
-SIZES = (4, 8, 12, 16)
+SIZES = (4, 8, 16)
 # (label, system, pd_mode): the first four add one component each; forced PD is the
 # counterfactual "always disaggregate at the best ratio".
 VARIANTS = (

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         settings, minutes, name = [(32, 32768), (32, 8192)], 30.0, NAME + "-quick"
     else:
-        settings, minutes, name = [(32, 32768), (64, 32768), (128, 32768), (64, 8192), (64, 16384)], 60.0, NAME
+        settings, minutes, name = [(32, 32768), (64, 32768), (128, 32768), (64, 8192), (64, 16384)], 45.0, NAME
     grid = {(b, n, s): _job(s, b, n, minutes) for b, n in settings for s in SYSTEMS}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     tput = {k: results[j.name]["summary"]["mean_throughput_tok_s"] for k, j in grid.items()}

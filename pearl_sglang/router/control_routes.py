@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pearl_sglang.control.cluster_config import fixed_ratio
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
@@ -199,8 +200,9 @@ async def pd_mode(request: web.Request) -> web.Response:
     orch = _control(request)
     body = await _body(request)
     mode = body.get("pd_mode")
-    if mode not in ("auto", "colocated", "disaggregated"):
-        raise BadRequest("'pd_mode' must be 'auto', 'colocated' or 'disaggregated'")
+    if mode not in ("auto", "colocated", "disaggregated") and not (isinstance(mode, str) and fixed_ratio(mode)):
+        raise BadRequest("'pd_mode' must be 'auto', 'colocated', 'disaggregated' or a fixed ratio 'P:D' "
+                         "(positive integers, e.g. '3:5')")
     return await _run(orch.set_pd_mode(mode))
 
 

@@ -175,4 +175,9 @@ async def test_operator_switches_colocated_to_pd_and_back(tiny_model_dir):
         await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"})
         assert c.table.active_topology().colocated == 3
         assert (await c.generate(ids, 30))["output_ids"] == expected
-        await c.admin("/pearl/pd_mode", {"pd_mode": "sideways"}, expect=400)
+        await c.admin("/pearl/pd_mode", {"pd_mode": "2:1"})  # a pinned ratio, through the relaunch path
+        topo = c.table.active_topology()
+        assert (topo.prefill, topo.decode) == (2, 1), topo
+        assert (await c.generate(ids, 30))["output_ids"] == expected
+        for bad in ("sideways", "0:3", 3):
+            await c.admin("/pearl/pd_mode", {"pd_mode": bad}, expect=400)
