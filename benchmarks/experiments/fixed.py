@@ -1,5 +1,5 @@
 """Runs on a fixed set of reserved GPUs with no preemptible ones: the PD sweep, ratio
-selection and the ablation. Their runs share one cache (``results/fixed/runs``), so a
+selection, the ablation and the sensitivity study. Their runs share one cache (``results/fixed/runs``), so a
 configuration measured by one experiment is not run again by another."""
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ def splits(workers: int) -> list[str]:
 
 
 def job(*, gpus: int, pd_mode: str, batch: int, steps: int, system: str = "pearl-no-borrow",
-        rewrite: float = REWRITE, **extra: Any) -> Job:
+        rewrite: float = REWRITE, max_len: int = 32768) -> Job:
+    """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing."""
     name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}-r{rewrite:g}"
-    name += "".join(f"-{k}{v}" for k, v in sorted(extra.items()))
+    name += f"-len{max_len}" if max_len != 32768 else ""
     config = ReplayConfig(system=system, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
-                          batch_size=batch, steps=steps, rewrite_fraction=rewrite, segment=1, **extra)
+                          batch_size=batch, steps=steps, rewrite_fraction=rewrite, segment=1,
+                          workload={"max_trajectory_tokens": max_len} if max_len != 32768 else {})
     return Job(name, config)
 
 

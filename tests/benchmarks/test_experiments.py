@@ -33,3 +33,31 @@ def test_markdown_table_formats_cells():
     md = report.md_table(["a", "b"], [[1.23456, 1234.5], ["x", 3]])
     assert md.splitlines() == ["| a | b |", "|---|---|", "| 1.23 | 1234 |", "| x | 3 |"]
     assert json.loads(json.dumps({"ok": md}))
+
+
+def test_every_experiment_builds_valid_cluster_configs(tmp_path):
+    from benchmarks.experiments import ablation, elastic, ratio, sensitivity
+    from benchmarks.harness.replay import cluster_mapping, resolve_system
+    from pearl_sglang.control.cluster_config import ClusterConfig
+
+    jobs = elastic.jobs(elastic.Plan())  # the quick plan has its own cache folder
+    jobs += [fixed.job(gpus=g, pd_mode=m, batch=64, steps=2) for g in ratio.POINTS for m in fixed.splits(g // 2)]
+    jobs += [fixed.job(gpus=g, pd_mode=mode, batch=64, steps=3, system=s)
+             for g in ablation.SIZES for _, s, mode in ablation.VARIANTS]
+    jobs += [fixed.job(gpus=sensitivity.GPUS, pd_mode=mode, batch=64, steps=3, system=s, max_len=8192)
+             for s, mode in sensitivity.SYSTEMS.values()]
+    by_name = {}
+    for j in jobs:  # a name is a cache file: experiments may share a run, never a name for two runs
+        assert by_name.setdefault(j.name, j.config) == j.config, j.name
+    for j in jobs:
+        sysdef = resolve_system(j.config)
+        ClusterConfig.from_mapping(cluster_mapping(j.config, sysdef, tmp_path))  # validates
+    assert fixed.splits(4) == ["colocated", "1:3", "2:2", "3:1"]
+    assert fixed.mode_label("3:5", 16) == "3P5D" and fixed.mode_label("colocated", 16) == "8C"
+
+
+def test_suite_command_lists_experiments(capsys):
+    from benchmarks.experiments.__main__ import main
+    assert main(["--help"]) == 0
+    assert main(["nonsense"]) == 2
+    assert "pd-sweep" in capsys.readouterr().err
