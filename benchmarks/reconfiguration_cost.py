@@ -83,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--time-scale", type=float, default=100.0)
-    parser.add_argument("--out", default="benchmarks/results/reconfiguration_cost.json")
+    parser.add_argument("--out", default=None, help="default: benchmarks/results/reconfiguration_cost[-quick].json")
     args, _ = parser.parse_known_args(argv)  # ignores the suite's --parallel
     cycles = 2 if args.quick else 5
+    args.out = args.out or f"benchmarks/results/reconfiguration_cost{'-quick' if args.quick else ''}.json"
     results = {}
     for column, name in enumerate(("qwen3-8b-h800-tp2", "qwen3-30b-a3b-h800-tp2")):
         print(f"measuring {name}: {cycles} borrow/return cycles and {cycles} joins/leaves at {args.time_scale:g}x",
