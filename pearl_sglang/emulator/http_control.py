@@ -238,9 +238,20 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
                              status=200 if r.success else 400)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 async def init_weights_update_group(request: web.Request) -> web.Response:
+    """Rendezvous is not emulated (it answers at once), but the rank layout is checked:
+    the trainer is rank 0, so a worker's ranks start at ``rank_offset >= 1``."""
     w = request.app[WORKER]
-    w.weight_group = (await _body(request)).get("group_name") or "weight_update_group"
+    body = await _body(request)
+    world, offset, port = body.get("world_size"), body.get("rank_offset"), body.get("master_port")
+    if not (_is_int(world) and _is_int(offset) and _is_int(port) and 1 <= offset < world):
+        return _result_json(OpResult(False, "init_weights_update_group needs integers master_port, world_size "
+                                            "and rank_offset with 1 <= rank_offset < world_size"))
+    w.weight_group = body.get("group_name") or "weight_update_group"
     return web.json_response({"success": True, "message": "Succeeded to initialize custom process group."})
 
 
@@ -268,6 +279,10 @@ async def update_weights_from_distributed(request: web.Request) -> web.Response:
     if not w.in_weight_update:
         return _result_json(OpResult(False, "update_weights_from_distributed must be called between "
                                             "/begin_weight_update and /end_weight_update"))
+    names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+    if not (isinstance(names, list) and names and isinstance(dtypes, list) and isinstance(shapes, list)
+            and len(names) == len(dtypes) == len(shapes)):
+        return _result_json(OpResult(False, "names, dtypes and shapes must be non-empty lists of one length"))
     return _result_json(await _update(w, "distributed", body))
 
 

@@ -168,6 +168,10 @@ async def test_distributed_update_protocol(model_dir, session, emu) -> None:
         upd = {"names": ["w"], "dtypes": ["bfloat16"], "shapes": [[1]], "weight_version": "v2"}
         async with session.post(f"{url}/update_weights_from_distributed", json=upd) as r:
             assert r.status == 400
+        for bad in ({"rank_offset": 0, "world_size": 2}, {"rank_offset": 2, "world_size": 2}, {"world_size": 2}):
+            async with session.post(f"{url}/init_weights_update_group", json={
+                    "master_address": "127.0.0.1", "master_port": 1, **bad}) as r:
+                assert r.status == 400 and not (await r.json())["success"], bad
         async with session.post(f"{url}/init_weights_update_group", json={
                 "master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2,
                 "group_name": "weight_update_group", "backend": "gloo"}) as r:
@@ -175,6 +179,8 @@ async def test_distributed_update_protocol(model_dir, session, emu) -> None:
         async with session.post(f"{url}/update_weights_from_distributed", json=upd) as r:
             assert r.status == 400  # outside begin/end
         await session.post(f"{url}/begin_weight_update", json={})
+        async with session.post(f"{url}/update_weights_from_distributed", json={**upd, "dtypes": []}) as r:
+            assert r.status == 400  # names, dtypes and shapes must line up
         async with session.post(f"{url}/update_weights_from_distributed", json=upd) as r:
             assert r.status == 200 and (await r.json())["success"]
         await session.post(f"{url}/end_weight_update", json={})
