@@ -56,16 +56,28 @@ def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool
     print(f"[{experiment}] {total} runs, {done} cached, {len(todo)} to run on {parallel} processes", flush=True)
     if not todo:
         return results
+    failed: list[str] = []
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited loop
     with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx) as pool:
         futures = {pool.submit(_run_one, job.config): job for job in todo}
         for fut in as_completed(futures):
             job = futures[fut]
-            result = fut.result()
+            try:
+                result = fut.result()
+            except Exception as e:  # keep the other runs going; report them all at the end
+                failed.append(f"{job.name}: {e!r}")
+                print(f"[{experiment}] FAILED {job.name}: {e!r}", file=sys.stderr, flush=True)
+                continue
             result["cache_key"] = _key(job.config)
             (cache / f"{job.name}.json").write_text(json.dumps(result, default=str))
             results[job.name] = result
             done += 1
             print(f"[{experiment}] {done}/{total} {job.name}: {_line(result)} "
                   f"({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
+    if failed:
+        raise RunsFailed(f"{len(failed)} of {total} runs failed (the others are cached):\n" + "\n".join(failed))
     return results
+
+
+class RunsFailed(RuntimeError):
+    """Some replays raised; the finished ones are cached, so a rerun does only the rest."""

@@ -41,8 +41,10 @@ class WeightPushes:
         adopted = not workers or bool(ok)
         if adopted:
             async with self.store.lock:  # the table and the push log change together
-                if ok:
-                    self.store.apply_locked([WeightsUpdated(ok, snapshot.version)])
+                # A worker may have left while it loaded (a preemption): record only those still here.
+                here = tuple(s for s in ok if self.store.table.has(s))
+                if here:
+                    self.store.apply_locked([WeightsUpdated(here, snapshot.version)])
                 self.pushes = self.pushes.adopt(snapshot.version)
         else:
             # Nobody could load it: the snapshot is unusable, the fleet keeps its weights.

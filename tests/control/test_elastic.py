@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.launchers import LaunchError
+from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
 from tests.control.conftest import cluster_config, running_cluster
@@ -181,3 +182,30 @@ async def test_operator_switches_colocated_to_pd_and_back(tiny_model_dir):
         assert (await c.generate(ids, 30))["output_ids"] == expected
         for bad in ("sideways", "0:3", 3):
             await c.admin("/pearl/pd_mode", {"pd_mode": bad}, expect=400)
+
+
+async def test_a_worker_that_leaves_during_a_weight_push_is_not_updated(tiny_model_dir, tiny_model_variant_dir,
+                                                                        monkeypatch):
+    # Found by the elastic replay: a preempted worker left while a push was loading, and
+    # recording the new version on its (gone) slot failed the whole push with a 409.
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=0)) as c:
+        await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]})
+        loading, release = asyncio.Event(), asyncio.Event()
+        original = WorkerOps.update_from_disk
+
+        async def slow_update(self, url, **kw):
+            await original(self, url, **kw)
+            loading.set()
+            await release.wait()
+
+        monkeypatch.setattr(WorkerOps, "update_from_disk", slow_update)
+        push = asyncio.ensure_future(c.admin("/update_weights", {"version": "v1",
+                                                                  "model_path": str(tiny_model_variant_dir)}))
+        await loading.wait()
+        await c.admin("/pearl/gpus", {"action": "leave", "gpus": ["p1:0"], "deadline_s": 10})
+        release.set()
+        out = await push
+        assert out["applied"] and out["latest"] == "v1", out
+        assert not c.table.has(2) or c.table.worker(2).activity != Activity.ACTIVE
+        assert {w.weight_version for w in c.table.active()} == {"v1"}
+        assert (await c.generate([1, 2, 3], 8))["meta_info"]["weight_version"] == "v1"
