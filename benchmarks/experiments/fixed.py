@@ -28,11 +28,12 @@ def splits(workers: int) -> list[str]:
 
 
 def job(*, gpus: int, pd_mode: str, batch: int, steps: int, system: str = "pearl-no-borrow",
-        rewrite: float = REWRITE, max_len: int = 32768) -> Job:
+        rewrite: float = REWRITE, max_len: int = 32768, model: str = "qwen3-8b") -> Job:
     """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing."""
     name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}-r{rewrite:g}"
     name += f"-len{max_len}" if max_len != 32768 else ""
-    config = ReplayConfig(system=system, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
+    name += f"-{model}" if model != "qwen3-8b" else ""
+    config = ReplayConfig(system=system, model=model, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
                           batch_size=batch, steps=steps, rewrite_fraction=rewrite, segment=1,
                           workload={"max_trajectory_tokens": max_len} if max_len != 32768 else {})
     return Job(name, config)
