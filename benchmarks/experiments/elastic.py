@@ -14,6 +14,7 @@ from typing import Any
 from benchmarks.experiments.report import COLORS, SYSTEM_LABELS, md_table, pyplot, roles_panel, step_series, write
 from benchmarks.experiments.runner import RESULTS, Job, run_jobs
 from benchmarks.harness.replay import ReplayConfig
+from benchmarks.experiments.floor import over_floor
 from benchmarks.harness.systems import SEGMENTS
 
 NAME = "elastic"
@@ -54,17 +55,24 @@ def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str,
                 cell[sys] = {"tok_s": s["mean_throughput_tok_s"], "vs_roll": s["mean_throughput_tok_s"] / base,
                              "steps": s["measured_steps"], "errors": s["errors"]}
             cell["pearl_vs_rlboost"] = cell["pearl"]["tok_s"] / cell["rlboost"]["tok_s"]
+            cell["rollout_over_floor"] = {sys: over_floor(r) for sys, r in runs.items()}
             cell["pearl_topologies"] = sorted({s["topology"] for s in runs["pearl"]["steps"]})
             cell["pearl_borrowed_steps"] = sum(bool(s["borrowing"]) for s in runs["pearl"]["steps"])
             summary["cells"].append(cell)
             rows.append([m, seg, f"{cell['mean_preemptible_workers']:.2f}"]
                         + [f"{cell[sys]['tok_s']:.0f} ({cell[sys]['vs_roll']:.2f}x)" for sys in SYSTEMS]
                         + [f"{cell['pearl_vs_rlboost']:.2f}x", sum(cell[s]["errors"] for s in SYSTEMS)])
+    floor_rows = [[c["model"], c["segment"]] + [f"{c['rollout_over_floor'][sys]:.2f}" for sys in SYSTEMS]
+                  for c in summary["cells"]]
+    md_floor = ("\nRollout time of a step over its latency floor (the slowest trajectory alone on an idle worker: "
+                "its environment time plus its tokens at batch 1; `floor.py`), mean over the measured steps. "
+                "1.00 means no allocation of GPUs could have finished the step sooner.\n\n"
+                + md_table(["model", "segment"] + [SYSTEM_LABELS[s] for s in SYSTEMS], floor_rows))
     md = (f"# Elastic replay (Figures 5 and 6)\n\nWindows of {plan.minutes:g} min, batch {plan.batch_size}, "
           f"rewrite_fraction {plan.rewrite_fraction} (prefill-heavy regime). Mean step throughput in tok/s "
           f"(ratio to ROLL). Paper: {PAPER_SPEEDUP}.\n\n"
           + md_table(["model", "segment", "mean preemptible workers"] + [SYSTEM_LABELS[s] for s in SYSTEMS]
-                     + ["PEARL / RLBoost+", "request errors"], rows))
+                     + ["PEARL / RLBoost+", "request errors"], rows) + md_floor)
     return summary, md
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.experiments import fixed
+from benchmarks.experiments.floor import over_floor
 from benchmarks.experiments.report import COLORS, md_table, pyplot, write
 from benchmarks.experiments.runner import RESULTS, run_jobs
 
@@ -39,13 +40,15 @@ def main(argv: list[str] | None = None) -> int:
                       "pearl_tok_s": tput[(b, n, "pearl")], "pearl_vs_rlboost": gain,
                       "pearl_topologies": sorted({s["topology"] for s in pearl["steps"]}),
                       "pearl_borrowed_steps": sum(bool(s["borrowing"]) for s in pearl["steps"])})
+        floors = {s: over_floor(results[grid[(b, n, s)].name]) for s in SYSTEMS}
+        cells[-1]["rollout_over_floor"] = floors
         rows.append([b, n, f"{tput[(b, n, 'rlboost')]:.0f}", f"{tput[(b, n, 'pearl')]:.0f}", f"{gain:.2f}x",
-                     ", ".join(cells[-1]["pearl_topologies"])])
+                     ", ".join(cells[-1]["pearl_topologies"]), f"{floors['rlboost']:.2f} / {floors['pearl']:.2f}"])
     md = (f"# Workload sensitivity (Figure 8)\n\n8 reserved rollout GPUs, 16 training GPUs, Qwen3-8B profile, "
           f"rewrite_fraction {fixed.REWRITE}, {steps} steps (the first excluded). Mean step throughput in tok/s. "
           f"Paper: PEARL over RLBoost+ +5.3% to +63.7% across batch 32-128, +9.8% to +26.5% across 8K-32K.\n\n"
           + md_table(["batch", "max trajectory tokens", "RLBoost+", "PEARL", "PEARL / RLBoost+",
-                      "PEARL's topologies"], rows))
+                      "PEARL's topologies", "rollout / latency floor (RLBoost+ / PEARL)"], rows))
     write(name, {"steps": steps, "settings": settings, "cells": cells}, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.4))

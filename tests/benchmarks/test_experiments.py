@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from benchmarks.experiments import fixed, report, runner
+from benchmarks.experiments import fixed, floor, report, runner
 
 TINY = {"minutes": 10, "group_size": 4, "train_step_s": 60, "workload": {"turns_median": 4, "turns_max": 6}}
 
@@ -19,6 +19,8 @@ def test_fixed_jobs_run_once_and_pin_the_topology(tmp_path, monkeypatch, capsys)
     for j in jobs:
         summary = first[j.name]["summary"]
         assert summary["errors"] == 0 and summary["rollout_throughput_tok_s"] > 0
+        # no step can beat its slowest trajectory running alone on an idle worker
+        assert floor.over_floor(first[j.name]) >= 0.999
         assert (tmp_path / "shared" / "runs" / f"{j.name}.json").exists()
     again = runner.run_jobs("exp", jobs, parallel=2, cache_dir="shared")
     assert "2 cached, 0 to run" in capsys.readouterr().out
