@@ -20,7 +20,8 @@ from benchmarks.harness.systems import SEGMENTS
 NAME = "elastic"
 SYSTEMS = ("roll", "roll-large", "rlboost", "pearl")
 MODELS = ("qwen3-8b", "qwen3-30b-a3b")
-PAPER_SPEEDUP = "PEARL over RLBoost+ up to 1.43x and over ROLL up to 2.35x (paper, Figures 5-6)"
+PAPER_SPEEDUP = ("PEARL over RLBoost+ +5.8% to +26.9% (Qwen3-8B) and +7.4% to +36.3% (Qwen3-30B-A3B); "
+                 "over ROLL 2.17-2.37x and 2.43-2.79x (section 6.2, Figure 5)")
 
 
 @dataclass(frozen=True)
