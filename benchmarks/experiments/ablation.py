@@ -23,14 +23,16 @@ VARIANTS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ablation", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ablation",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
     sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 3, 64, NAME)
     grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, steps=steps, system=system)
             for g in sizes for label, system, mode in VARIANTS}
-    results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)
+    results = run_jobs(name, list(grid.values()), parallel=args.parallel,
+                       cache_dir=fixed.cache(args.quick))
     tput = {k: results[j.name]["summary"]["mean_throughput_tok_s"] for k, j in grid.items()}
     base_label = VARIANTS[0][0]
     rows, cells = [], []

@@ -123,7 +123,8 @@ def plot(name: str, plan: Plan, results: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None, *, quick: bool | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments elastic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments elastic",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=None, choices=MODELS)

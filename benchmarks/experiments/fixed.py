@@ -9,6 +9,11 @@ from benchmarks.experiments.runner import Job
 from benchmarks.harness.replay import ReplayConfig
 
 CACHE = "fixed"
+
+
+def cache(quick: bool) -> str:
+    """The shared run cache; quick runs keep their own, so they always measure afresh."""
+    return CACHE + ("-quick" if quick else "")
 REWRITE = 0.9  # the paper's prefill-heavy regime
 
 

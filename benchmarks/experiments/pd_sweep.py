@@ -14,18 +14,21 @@ GPUS = 16
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments pd-sweep", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments pd-sweep",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["qwen3-30b-a3b", "qwen3-8b"])
     args = parser.parse_args(argv)
     if args.quick:
-        batches, modes, steps, name, models = (64,), ["colocated", "2:6", "4:4", "6:2"], 2, NAME + "-quick", ["qwen3-8b"]
+        batches, modes, steps, name = (64,), ["colocated", "2:6", "4:4", "6:2"], 2, NAME + "-quick"
+        models = ["qwen3-8b"]
     else:
         batches, modes, steps, name, models = (32, 64, 128), fixed.splits(GPUS // 2), 2, NAME, args.models
     grid = {(m, b, x): fixed.job(gpus=GPUS, pd_mode=x, batch=b, steps=steps, model=m)
             for m in models for b in batches for x in modes}
-    results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)
+    results = run_jobs(name, list(grid.values()), parallel=args.parallel,
+                       cache_dir=fixed.cache(args.quick))
     tput = {k: fixed.rollout_tok_s(results[j.name]) for k, j in grid.items()}
     md, cells = "# PD sweep (Figure 2c)\n", []
     plt = pyplot()
@@ -36,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
             row = [fixed.mode_label(x, GPUS)]
             for b in batches:
                 v, col = tput[(m, b, x)], tput[(m, b, "colocated")]
-                row.append(f"{v:.0f} ({v / col:.2f}x)" + (" **best**" if v == max(tput[(m, b, y)] for y in modes) else ""))
+                best = v == max(tput[(m, b, y)] for y in modes)
+                row.append(f"{v:.0f} ({v / col:.2f}x)" + (" **best**" if best else ""))
                 cells.append({"model": m, "batch": b, "pd_mode": x, "label": fixed.mode_label(x, GPUS),
                               "rollout_tok_s": v, "vs_colocated": v / col})
             rows.append(row)

@@ -15,16 +15,19 @@ TOLERANCE = 0.02
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ratio", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ratio",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
     points, steps, name = ((4, 6), 2, NAME + "-quick") if args.quick else (POINTS, 2, NAME)
     batch = 32 if args.quick else args.batch_size
-    grid = {(g, m): fixed.job(gpus=g, pd_mode=m, batch=batch, steps=steps) for g in points for m in fixed.splits(g // 2)}
+    grid = {(g, m): fixed.job(gpus=g, pd_mode=m, batch=batch, steps=steps)
+            for g in points for m in fixed.splits(g // 2)}
     auto = {g: fixed.job(gpus=g, pd_mode="auto", batch=batch, steps=steps) for g in points}
-    results = run_jobs(name, [*grid.values(), *auto.values()], parallel=args.parallel, cache_dir=fixed.CACHE)
+    results = run_jobs(name, [*grid.values(), *auto.values()], parallel=args.parallel,
+                       cache_dir=fixed.cache(args.quick))
     rows, cells, within = [], [], 0
     for g in points:
         measured = {m: fixed.rollout_tok_s(results[grid[(g, m)].name]) for m in fixed.splits(g // 2)}

@@ -20,7 +20,8 @@ LABELS = {"rlboost": "RLBoost+", "pearl": "PEARL"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments sensitivity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments sensitivity",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--parallel", type=int, default=2)
     args = parser.parse_args(argv)
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         settings, steps, name = [(32, 32768), (64, 32768), (128, 32768), (64, 8192), (64, 16384)], 3, NAME
     grid = {(b, n, s): fixed.job(gpus=GPUS, pd_mode=mode, batch=b, steps=steps, system=system, max_len=n)
             for b, n in settings for s, (system, mode) in SYSTEMS.items()}
-    results = run_jobs(name, list(grid.values()), parallel=args.parallel, cache_dir=fixed.CACHE)
+    results = run_jobs(name, list(grid.values()), parallel=args.parallel,
+                       cache_dir=fixed.cache(args.quick))
     tput = {k: results[j.name]["summary"]["mean_throughput_tok_s"] for k, j in grid.items()}
     rows, cells = [], []
     for b, n in settings:
