@@ -3,11 +3,10 @@ no preemptible GPUs, PEARL's components added one by one; step throughput
 ((generated + training tokens) / step time) over the steps after the first."""
 from __future__ import annotations
 
-import argparse
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, write
-from benchmarks.experiments.runner import RESULTS, run_jobs
+from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
 
 NAME = "ablation"
 SIZES = (4, 8, 16)
@@ -23,10 +22,7 @@ VARIANTS = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ablation",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser = arg_parser("ablation", __doc__)
     args = parser.parse_args(argv)
     sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 3, 64, NAME)
     grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, steps=steps, system=system)

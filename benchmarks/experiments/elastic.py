@@ -7,12 +7,11 @@ ROLL's on the same segment and model.
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.experiments.report import COLORS, SYSTEM_LABELS, md_table, pyplot, roles_panel, step_series, write
-from benchmarks.experiments.runner import RESULTS, Job, run_jobs
+from benchmarks.experiments.runner import RESULTS, Job, arg_parser, run_jobs
 from benchmarks.harness.replay import ReplayConfig
 from benchmarks.experiments.floor import over_floor
 from benchmarks.harness.systems import SEGMENTS
@@ -123,10 +122,7 @@ def plot(name: str, plan: Plan, results: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None, *, quick: bool | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments elastic",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser = arg_parser("elastic", __doc__)
     parser.add_argument("--models", nargs="+", default=None, choices=MODELS)
     parser.add_argument("--segments", nargs="+", type=int, default=None, choices=sorted(SEGMENTS))
     args = parser.parse_args(argv)

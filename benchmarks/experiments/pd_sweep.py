@@ -3,21 +3,17 @@
 second) over the steps after the first. The paper ran Qwen3-30B-A3B; both profiles here."""
 from __future__ import annotations
 
-import argparse
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, write
-from benchmarks.experiments.runner import RESULTS, run_jobs
+from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
 
 NAME = "pd-sweep"
 GPUS = 16
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments pd-sweep",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser = arg_parser("pd-sweep", __doc__)
     parser.add_argument("--models", nargs="+", default=["qwen3-30b-a3b", "qwen3-8b"])
     args = parser.parse_args(argv)
     if args.quick:

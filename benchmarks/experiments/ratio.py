@@ -3,11 +3,10 @@ engine's choice (PEARL with ``pd_mode: auto``, no borrowing, no preemptible GPUs
 the empirically best configuration, found by running colocation and every P:D split."""
 from __future__ import annotations
 
-import argparse
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, write
-from benchmarks.experiments.runner import run_jobs
+from benchmarks.experiments.runner import arg_parser, run_jobs
 
 NAME = "ratio"
 POINTS = (4, 6, 8, 10, 12, 16)   # reserved GPUs (TP2 workers: 2 to 8)
@@ -15,10 +14,7 @@ TOLERANCE = 0.02
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments ratio",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser = arg_parser("ratio", __doc__)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
     points, steps, name = ((4, 6), 2, NAME + "-quick") if args.quick else (POINTS, 2, NAME)

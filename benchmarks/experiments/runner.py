@@ -1,6 +1,7 @@
 """Run many replays in parallel processes, with a per-run cache and progress lines."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import multiprocessing
@@ -14,6 +15,14 @@ from typing import Any
 from benchmarks.harness.replay import ReplayConfig, replay
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def arg_parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """The options every experiment takes: ``--quick`` and ``--parallel``."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.experiments {name}", description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a reduced run, into results/<experiment>-quick/")
+    parser.add_argument("--parallel", type=int, default=2, help="replays run at once (processes)")
+    return parser
 
 
 @dataclass(frozen=True)

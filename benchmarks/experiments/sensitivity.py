@@ -6,12 +6,11 @@ With no preemptible GPUs, RLBoost+ is a colocated data-parallel pool that does n
 PEARL adds adaptive PD and gated borrowing of the training GPUs."""
 from __future__ import annotations
 
-import argparse
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.floor import over_floor
 from benchmarks.experiments.report import COLORS, md_table, pyplot, write
-from benchmarks.experiments.runner import RESULTS, run_jobs
+from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
 
 NAME = "sensitivity"
 GPUS = 8
@@ -20,10 +19,7 @@ LABELS = {"rlboost": "RLBoost+", "pearl": "PEARL"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.experiments sensitivity",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser = arg_parser("sensitivity", __doc__)
     args = parser.parse_args(argv)
     if args.quick:
         settings, steps, name = [(32, 32768), (32, 8192)], 2, NAME + "-quick"
