@@ -7,6 +7,7 @@ clusters of many workers hundreds of times on two cores.
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import dataclass, field
 
 from pearl_sglang.control.cluster_config import EngineConfig
@@ -15,6 +16,9 @@ from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
 from pearl_sglang.emulator.server import build_worker, start
 from pearl_sglang.engine.launch_args import LaunchRole
+
+
+_BIND_ATTEMPTS = 5
 
 
 @dataclass
@@ -47,18 +51,26 @@ class InProcessEmulatorLauncher:
             raise LaunchError("the in-process launcher runs emulated workers only")
         if spec.slot in self._running:
             raise LaunchError(f"slot {spec.slot} already runs a worker")
-        port = self._ports.take(self.host)
-        bootstrap = self._ports.take(self.host) if spec.role is not LaunchRole.COLOCATED else None
-        args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
-        worker = build_worker(args)
-        cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start
-        if cold > 0:  # as the process would: the port opens after the cold start
-            await asyncio.sleep(worker.clock.real_delay(cold))
-        try:
-            runner, extra, bound, _ = await start(worker, host=self.host, port=port)
-        except BaseException:
-            self._ports.release(port, bootstrap)
-            raise
+        for attempt in range(_BIND_ATTEMPTS):
+            port = self._ports.take(self.host)
+            bootstrap = self._ports.take(self.host) if spec.role is not LaunchRole.COLOCATED else None
+            args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
+            worker = build_worker(args)
+            cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start
+            if attempt == 0 and cold > 0:  # as the process would: the port opens after the cold start
+                await asyncio.sleep(worker.clock.real_delay(cold))
+            try:
+                runner, extra, bound, _ = await start(worker, host=self.host, port=port)
+                break
+            except OSError as e:
+                self._ports.release(port, bootstrap)
+                # A port that was free when chosen can be taken by another process meanwhile
+                # (parallel benchmark runs); choose again rather than fail the launch.
+                if e.errno != errno.EADDRINUSE or attempt == _BIND_ATTEMPTS - 1:
+                    raise
+            except BaseException:
+                self._ports.release(port, bootstrap)
+                raise
         self._running[spec.slot] = _Running([runner, *extra], worker, (port, bootstrap))
         self.launches += 1
         return LaunchedWorker(slot=spec.slot, endpoint=f"http://{self.host}:{bound}", bootstrap_port=bootstrap)

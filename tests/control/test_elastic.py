@@ -209,3 +209,30 @@ async def test_a_worker_that_leaves_during_a_weight_push_is_not_updated(tiny_mod
         assert not c.table.has(2) or c.table.worker(2).activity != Activity.ACTIVE
         assert {w.weight_version for w in c.table.active()} == {"v1"}
         assert (await c.generate([1, 2, 3], 8))["meta_info"]["weight_version"] == "v1"
+
+
+async def test_in_process_launch_chooses_another_port_when_its_port_was_taken(tiny_model_dir, monkeypatch):
+    # Found in CI: two parallel benchmark processes picked the same free port; the second bind
+    # failed and the whole bootstrap was cancelled.
+    import socket
+
+    from pearl_sglang.control.launchers import LaunchSpec
+    from pearl_sglang.control.processes import PortPool, free_port
+    from pearl_sglang.engine.launch_args import LaunchRole
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    picks = iter([taken])
+    monkeypatch.setattr(PortPool, "take", lambda self, host="127.0.0.1": next(picks, None) or free_port(host))
+    config = cluster_config(tiny_model_dir, dedicated=1, overlap=0)
+    launcher = InProcessEmulatorLauncher(config.engine)
+    try:
+        launched = await launcher.launch(LaunchSpec(slot=0, gpus=("d0:0",), role=LaunchRole.COLOCATED))
+        assert not launched.endpoint.endswith(f":{taken}")
+        async with httpx.AsyncClient(timeout=30) as c:
+            assert (await c.get(launched.endpoint + "/health")).status_code == 200
+    finally:
+        await launcher.stop_all()
+        busy.close()
