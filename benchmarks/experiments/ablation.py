@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from benchmarks.experiments import fixed
-from benchmarks.experiments.report import md_table, pyplot, write
+from benchmarks.experiments.report import grouped_bars, md_table, pyplot, save, write
 from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
 
 NAME = "ablation"
@@ -49,14 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     write(name, {"sizes": sizes, "steps": steps, "batch": batch, "cells": cells}, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    width = 0.8 / len(VARIANTS)
-    for i, (label, _, _) in enumerate(VARIANTS):
-        ax.bar([j + (i - len(VARIANTS) / 2 + 0.5) * width for j in range(len(sizes))],
-               [tput[(g, label)] / tput[(g, base_label)] for g in sizes], width, label=label)
-    ax.set_xticks(range(len(sizes)), [f"{g} GPUs" for g in sizes])
-    ax.set_ylabel("step throughput / colocated")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(RESULTS / name / "ablation.png", dpi=110)
-    plt.close(fig)
+    grouped_bars(ax, [f"{g} GPUs" for g in sizes],
+                 {label: [tput[(g, label)] / tput[(g, base_label)] for g in sizes] for label, _, _ in VARIANTS},
+                 ylabel="step throughput / colocated")
+    save(fig, RESULTS / name / "ablation.png")
     return 0

@@ -60,3 +60,21 @@ def roles_panel(ax, result: dict[str, Any], *, title: str = "") -> None:
     if title:
         ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6, loc="upper right", ncol=3)
+
+
+def grouped_bars(ax, groups: Sequence[str], series: dict[str, list[float]], *, ylabel: str,
+                 colors: dict[str, str] | None = None) -> None:
+    """One bar per series in each group, side by side, with a legend."""
+    width = 0.8 / len(series)
+    for i, (label, values) in enumerate(series.items()):
+        ax.bar([j + (i - len(series) / 2 + 0.5) * width for j in range(len(groups))], values, width,
+               label=label, **({"color": colors[label]} if colors else {}))
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+
+
+def save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)

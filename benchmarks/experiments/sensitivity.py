@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.floor import over_floor
-from benchmarks.experiments.report import COLORS, md_table, pyplot, write
+from benchmarks.experiments.report import COLORS, grouped_bars, md_table, pyplot, save, write
 from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
 
 NAME = "sensitivity"
@@ -50,13 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     write(name, {"steps": steps, "settings": settings, "cells": cells}, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.4))
-    for i, s in enumerate(SYSTEMS):
-        ax.bar([j + (i - 0.5) * 0.38 for j in range(len(settings))], [tput[(b, n, s)] for b, n in settings], 0.38,
-               color=COLORS[s], label=LABELS[s])
-    ax.set_xticks(range(len(settings)), [f"B{b}\n{n // 1024}K" for b, n in settings])
-    ax.set_ylabel("step throughput (tok/s)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(RESULTS / name / "sensitivity.png", dpi=110)
-    plt.close(fig)
+    grouped_bars(ax, [f"B{b}\n{n // 1024}K" for b, n in settings],
+                 {LABELS[s]: [tput[(b, n, s)] for b, n in settings] for s in SYSTEMS},
+                 ylabel="step throughput (tok/s)", colors={LABELS[s]: COLORS[s] for s in SYSTEMS})
+    save(fig, RESULTS / name / "sensitivity.png")
     return 0
