@@ -5,6 +5,8 @@ import importlib
 import sys
 import time
 
+from benchmarks.experiments import runner
+
 EXPERIMENTS = {
     "pd-sweep": "benchmarks.experiments.pd_sweep",
     "ratio": "benchmarks.experiments.ratio",
@@ -13,6 +15,7 @@ EXPERIMENTS = {
     "sensitivity": "benchmarks.experiments.sensitivity",
     "reconfig": "benchmarks.reconfiguration_cost",
 }
+REPLAYS = ("pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +25,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     name, rest = argv[0], argv[1:]
     names = list(EXPERIMENTS) if name == "all" else [name]
+    if name == "all":  # every experiment's replays in one pool; each then finds its runs cached
+        t0 = time.perf_counter()
+        print("== replays of every experiment ==", flush=True)
+        parallel = runner.arg_parser("all", __doc__).parse_known_args(rest)[0].parallel
+        runner.run_all([p for n in names if n in REPLAYS
+                        for p in runner.plan_jobs(importlib.import_module(EXPERIMENTS[n]).main, rest)],
+                       parallel=parallel)
+        print(f"== replays: done in {time.perf_counter() - t0:.0f} s ==", flush=True)
     for n in names:
         t0 = time.perf_counter()
         print(f"== {n} ==", flush=True)

@@ -35,18 +35,25 @@ class Plan:
 QUICK = Plan(models=("qwen3-8b",), segments=(1,), minutes=30.0, batch_size=32)
 
 
+def run_name(model: str, segment: int, sys: str) -> str:
+    """ROLL's pool is fixed and ignores the trace, so one run per model serves every
+    segment (ROLL-Large's size depends on the segment)."""
+    return f"{model}-roll" if sys == "roll" else f"{model}-seg{segment}-{sys}"
+
+
 def jobs(plan: Plan) -> list[Job]:
-    return [Job(f"{m}-seg{seg}-{sys}", ReplayConfig(system=sys, model=m, segment=seg, minutes=plan.minutes,
-                                                    batch_size=plan.batch_size,
-                                                    rewrite_fraction=plan.rewrite_fraction))
-            for m in plan.models for seg in plan.segments for sys in SYSTEMS]
+    by_name = {run_name(m, seg, sys): ReplayConfig(
+        system=sys, model=m, segment=plan.segments[0] if sys == "roll" else seg, minutes=plan.minutes,
+        batch_size=plan.batch_size, rewrite_fraction=plan.rewrite_fraction)
+        for m in plan.models for seg in plan.segments for sys in SYSTEMS}
+    return [Job(name, config) for name, config in by_name.items()]
 
 
 def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], str]:
     rows, summary = [], {"plan": plan.__dict__, "cells": []}
     for m in plan.models:
         for seg in plan.segments:
-            runs = {sys: results[f"{m}-seg{seg}-{sys}"] for sys in SYSTEMS}
+            runs = {sys: results[run_name(m, seg, sys)] for sys in SYSTEMS}
             base = runs["roll"]["summary"]["mean_throughput_tok_s"]
             cell = {"model": m, "segment": seg,
                     "mean_preemptible_workers": runs["pearl"]["trace"]["mean_preemptible_workers"]}
@@ -81,7 +88,7 @@ def plot(name: str, plan: Plan, results: dict[str, dict[str, Any]]) -> None:
     out = RESULTS / name
     for m in plan.models:
         for seg in plan.segments:
-            runs = {sys: results[f"{m}-seg{seg}-{sys}"] for sys in SYSTEMS}
+            runs = {sys: results[run_name(m, seg, sys)] for sys in SYSTEMS}
             fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, height_ratios=[3, 2])
             for sys, r in runs.items():
                 xs, ys = step_series(r)
@@ -108,8 +115,8 @@ def plot(name: str, plan: Plan, results: dict[str, dict[str, Any]]) -> None:
     for ax, m in zip(axes[0], plan.models):
         width = 0.2
         for i, sys in enumerate(SYSTEMS):
-            vals = [results[f"{m}-seg{seg}-{sys}"]["summary"]["mean_throughput_tok_s"]
-                    / results[f"{m}-seg{seg}-roll"]["summary"]["mean_throughput_tok_s"] for seg in plan.segments]
+            vals = [results[run_name(m, seg, sys)]["summary"]["mean_throughput_tok_s"]
+                    / results[run_name(m, seg, "roll")]["summary"]["mean_throughput_tok_s"] for seg in plan.segments]
             ax.bar([j + (i - 1.5) * width for j in range(len(plan.segments))], vals, width,
                    color=COLORS[sys], label=SYSTEM_LABELS[sys])
         ax.set_xticks(range(len(plan.segments)), [f"segment {s}" for s in plan.segments])

@@ -12,7 +12,8 @@ CACHE = "fixed"
 
 
 def cache(quick: bool) -> str:
-    """The shared run cache; quick runs keep their own, so they always measure afresh."""
+    """The shared run cache; quick runs keep their own (not committed: a fresh clone
+    measures them afresh)."""
     return CACHE + ("-quick" if quick else "")
 REWRITE = 0.9  # the paper's prefill-heavy regime
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -10,7 +11,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from benchmarks.harness.replay import ReplayConfig, replay
 
@@ -48,9 +49,70 @@ def _line(result: dict[str, Any]) -> str:
 def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool = False,
              cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
     """Results by job name. A cached run is reused when its configuration is unchanged;
-    experiments that share runs (the PD sweep and ratio selection) share ``cache_dir``."""
+    experiments that share runs (the PD sweep and ratio selection) share ``cache_dir``.
+
+    Under ``planning()`` nothing runs: the jobs are recorded and the experiment stops here."""
     cache = RESULTS / (cache_dir or experiment) / "runs"
-    cache.mkdir(parents=True, exist_ok=True)
+    if _planned is not None:
+        _planned.append((experiment, cache, jobs))
+        raise _PlanOnly
+    results, todo = _cached(cache, jobs, fresh)
+    print(f"[{experiment}] {len(jobs)} runs, {len(results)} cached, {len(todo)} to run on {parallel} processes",
+          flush=True)
+    results.update(_execute(experiment, [(cache, job) for job in todo], parallel, done=len(results),
+                            total=len(jobs)))
+    return results
+
+
+# ---- running several experiments' replays in one pool (``experiments all``) -----------
+class _PlanOnly(Exception):
+    """Raised by ``run_jobs`` under ``planning()`` once an experiment's jobs are known."""
+
+
+_planned: list[tuple[str, Path, list[Job]]] | None = None
+
+
+@contextlib.contextmanager
+def planning() -> Iterator[list[tuple[str, Path, list[Job]]]]:
+    """Collect the jobs that experiments' ``main`` functions would run, running none:
+    each ``main`` called inside stops at its ``run_jobs`` call."""
+    global _planned
+    _planned = collected = []
+    try:
+        yield collected
+    except _PlanOnly:
+        pass
+    finally:
+        _planned = None
+
+
+def plan_jobs(main: Callable[[list[str]], int], argv: list[str]) -> list[tuple[str, Path, list[Job]]]:
+    """The jobs ``main(argv)`` would run; ``main`` must reach a ``run_jobs`` call."""
+    with planning() as collected:
+        main(argv)
+    return collected
+
+
+def run_all(planned: list[tuple[str, Path, list[Job]]], *, parallel: int = 2) -> None:
+    """Run the uncached jobs of several experiments in one pool, the longest first, so no
+    process idles at the end of each experiment; the experiments then find them cached."""
+    entries: dict[Path, tuple[Path, Job]] = {}
+    for _, cache, jobs in planned:
+        for job in _cached(cache, jobs, fresh=False)[1]:
+            entries[cache / f"{job.name}.json"] = (cache, job)
+    todo = sorted(entries.values(), key=lambda e: -_expected_cost(e[1].config))
+    print(f"[all] {len(todo)} runs to do on {parallel} processes", flush=True)
+    _execute("all", todo, parallel, done=0, total=len(todo))
+
+
+def _expected_cost(config: ReplayConfig) -> float:
+    """Relative CPU cost of a replay: trajectories times steps (a step is ~8 minutes)."""
+    steps = config.steps if config.steps is not None else config.minutes / 8
+    return config.batch_size * steps
+
+
+# ---- shared by both ------------------------------------------------------------------------
+def _cached(cache: Path, jobs: list[Job], fresh: bool) -> tuple[dict[str, dict[str, Any]], list[Job]]:
     results: dict[str, dict[str, Any]] = {}
     todo: list[Job] = []
     for job in jobs:
@@ -61,27 +123,34 @@ def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool
                 results[job.name] = data
                 continue
         todo.append(job)
-    done, total, t0 = len(results), len(jobs), time.perf_counter()
-    print(f"[{experiment}] {total} runs, {done} cached, {len(todo)} to run on {parallel} processes", flush=True)
+    return results, todo
+
+
+def _execute(label: str, todo: list[tuple[Path, Job]], parallel: int, *, done: int,
+             total: int) -> dict[str, dict[str, Any]]:
+    """Run ``todo`` in ``parallel`` processes, caching each result as it finishes."""
+    results: dict[str, dict[str, Any]] = {}
     if not todo:
         return results
     failed: list[str] = []
+    t0 = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited loop
     with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx) as pool:
-        futures = {pool.submit(_run_one, job.config): job for job in todo}
+        futures = {pool.submit(_run_one, job.config): (cache, job) for cache, job in todo}
         for fut in as_completed(futures):
-            job = futures[fut]
+            cache, job = futures[fut]
             try:
                 result = fut.result()
             except Exception as e:  # keep the other runs going; report them all at the end
                 failed.append(f"{job.name}: {e!r}")
-                print(f"[{experiment}] FAILED {job.name}: {e!r}", file=sys.stderr, flush=True)
+                print(f"[{label}] FAILED {job.name}: {e!r}", file=sys.stderr, flush=True)
                 continue
             result["cache_key"] = _key(job.config)
+            cache.mkdir(parents=True, exist_ok=True)
             (cache / f"{job.name}.json").write_text(json.dumps(result, default=str))
             results[job.name] = result
             done += 1
-            print(f"[{experiment}] {done}/{total} {job.name}: {_line(result)} "
+            print(f"[{label}] {done}/{total} {job.name}: {_line(result)} "
                   f"({time.perf_counter() - t0:.0f} s so far)", file=sys.stderr, flush=True)
     if failed:
         raise RunsFailed(f"{len(failed)} of {total} runs failed (the others are cached):\n" + "\n".join(failed))

@@ -20,7 +20,9 @@ Ordering rules that keep the simulation causal:
 
 Discrete-event components (the emulator's engines) can register as *steppers*
 (``loop.add_stepper``): an object with ``next_time()`` (the loop time of its next internal
-event, or None) and ``step()`` (process the events due at the loop's time).  When the loop
+event, or None) and ``step()`` (process the events due at the loop's time).  The loop keeps
+each stepper's next time until it steps or says otherwise: a stepper whose next time moves
+for any other reason (a request arrived) must call ``loop.stepper_changed(stepper)``.  When the loop
 would jump, it first runs the steppers' events that come before the earliest timer, in
 time order, straight from the selector, and returns to asyncio as soon as one of them made
 a callback ready (a request finished, a stream chunk is due).  Events nobody waits for,
@@ -42,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Optional, Protocol, TypeVar
 
 T = TypeVar("T")
+
+_NEVER = float("inf")
 
 # While an executor job runs, wait for it in slices of this many real seconds.
 _EXECUTOR_POLL_S = 0.05
@@ -125,7 +129,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, start: float = 0.0) -> None:
         self._vnow = float(start)
         self._executor_jobs = 0
-        self._steppers: list[Stepper] = []
+        self._steppers: dict[Stepper, float] = {}  # stepper -> its next time as last asked
+        self._stale: set[Stepper] = set()          # steppers to ask again
         self.stats = LoopStats()
         super().__init__(selector=_VirtualSelector(self))
 
@@ -144,26 +149,36 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             self._vnow = target
 
     def add_stepper(self, stepper: "Stepper") -> None:
-        self._steppers.append(stepper)
+        self._steppers[stepper] = _NEVER
+        self._stale.add(stepper)
 
     def remove_stepper(self, stepper: "Stepper") -> None:
+        self._steppers.pop(stepper, None)
+        self._stale.discard(stepper)
+
+    def stepper_changed(self, stepper: "Stepper") -> None:
+        """``stepper``'s next time may have moved: ask it again before the next jump."""
         if stepper in self._steppers:
-            self._steppers.remove(stepper)
+            self._stale.add(stepper)
 
     def _run_steppers(self, timer_at: Optional[float]) -> bool:
         """Run stepper events due before the next timer (at ``timer_at``; None: no timer),
         earliest first; True as soon as one made a callback ready."""
-        if not self._steppers:
+        due = self._steppers
+        if not due:
             return False
-        last: tuple[Any, Optional[float]] = (None, None)
+        stale = self._stale
+        limit = _NEVER if timer_at is None else timer_at
+        last: tuple[Any, float] = (None, _NEVER)
         repeats = 0
         while True:
-            best, best_t = None, None
-            for s in self._steppers:
+            while stale:
+                s = stale.pop()
                 t = s.next_time()
-                if t is not None and (best_t is None or t < best_t):
-                    best, best_t = s, t
-            if best is None or (timer_at is not None and best_t >= timer_at):
+                due[s] = _NEVER if t is None else t
+            best = min(due, key=due.__getitem__)
+            best_t = due[best]
+            if best_t >= limit:
                 return False
             repeats = repeats + 1 if (best, best_t) == last else 0
             if repeats > 1000:
@@ -172,6 +187,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             if best_t > self._vnow:
                 self._vnow = best_t
             self.stats.steps += 1
+            stale.add(best)
             best.step()
             if self._ready:
                 return True

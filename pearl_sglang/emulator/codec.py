@@ -12,6 +12,7 @@ text messages.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,12 @@ class ModelMeta:
                          model_type=cfg.get("model_type"), raw=cfg)
 
 
+@functools.cache
+def _generated_texts() -> list[str]:
+    """The byte codec's text of every id (built once per process: workers share it)."""
+    return [f" t{i}" for i in range(1 << 18)]
+
+
 class TextCodec:
     def __init__(self, model_path: Optional[str]) -> None:
         self._tok = None
@@ -67,7 +74,7 @@ class TextCodec:
             self.special_ids = frozenset(BYTE_SPECIALS.values())
             self._specials = dict(BYTE_SPECIALS)
             self.vocab_size = 512
-        self._table = [f" t{i}" for i in range(1 << 18)] if self._tok is None else []
+        self._table = _generated_texts() if self._tok is None else []
 
     @property
     def uses_tokenizer(self) -> bool:
@@ -95,9 +102,9 @@ class TextCodec:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         if self._tok is not None:
             return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
-        table = self._table
-        if ids and min(ids) >= 259 and max(ids) < len(table):  # generated ids: table lookup
-            return "".join([table[i] for i in ids])
+        text = self._by_table(ids)
+        if text is not None:
+            return text
         buf, parts = bytearray(), []
         names = {v: k for k, v in BYTE_SPECIALS.items()}
         for i in ids:
@@ -112,6 +119,14 @@ class TextCodec:
                 parts.append(f" t{i}")
         parts.append(buf.decode("utf-8", errors="replace"))
         return "".join(parts)
+
+    def _by_table(self, ids: list[int]) -> Optional[str]:
+        """The byte codec's text of generated ids (all >= 259: one table entry each, so a
+        prefix's text is a prefix of the text); None when ``ids`` hold other ids."""
+        table = self._table
+        if ids and min(ids) >= 259 and max(ids) < len(table):
+            return "".join(map(table.__getitem__, ids))
+        return None
 
     def render_chat(self, messages: list[dict]) -> str:
         if self.chat_template:
@@ -131,3 +146,24 @@ class TextCodec:
             parts.append(f"<|im_start|>{m.get('role', 'user')}\n{content}<|im_end|>\n")
         parts.append("<|im_start|>assistant\n")
         return "".join(parts)
+
+
+class GrowingText:
+    """Text of a growing output (one stream's chunks): with the byte codec, ids already
+    decoded are not decoded again while every id maps to one table entry."""
+
+    __slots__ = ("codec", "skip_special_tokens", "_n", "_text")
+
+    def __init__(self, codec: TextCodec, skip_special_tokens: bool = True) -> None:
+        self.codec, self.skip_special_tokens = codec, skip_special_tokens
+        self._n, self._text = (0, "") if not codec.uses_tokenizer else (-1, "")
+
+    def decode(self, ids: list[int]) -> str:
+        n = self._n
+        if 0 <= n <= len(ids):
+            tail = self.codec._by_table(ids[n:]) if len(ids) > n else ""  # noqa: SLF001
+            if tail is not None:
+                self._n, self._text = len(ids), self._text + tail
+                return self._text
+            self._n = -1  # an id outside the table: decode whole from now on
+        return self.codec.decode(ids, skip_special_tokens=self.skip_special_tokens)

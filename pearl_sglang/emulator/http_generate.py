@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Optional
 from aiohttp import web
 
 from .. import fastjson
+from .codec import GrowingText
 from .http_parse import BadRequest, ParsedGenerate, meta_info, output_text, parse_generate, parse_sampling
 from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
 from .server import WORKER, Worker
@@ -60,6 +61,7 @@ class Run:
     def __init__(self, worker: Worker, items: tuple[GenerateRequest, ...], stream: bool) -> None:
         self.worker, self.items = worker, items
         self.watches = [_Watch() for _ in items]
+        self.texts = [GrowingText(worker.codec, r.sampling.skip_special_tokens) for r in items]
         self.handles: list[RequestHandle] = []
         engine = worker.engine
         try:
@@ -87,10 +89,13 @@ class Run:
     def body(self, i: int, *, final: bool) -> dict:
         h, req = self.handles[i], self.items[i]
         inp = _input_logprobs(req.input_ids) if req.return_logprob else None
-        return {"text": output_text(self.worker.codec, h, req.sampling),
+        return {"text": self.text(i),
                 "output_ids": list(h.output_ids),
                 "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
                                        input_logprobs=inp)}
+
+    def text(self, i: int) -> str:
+        return output_text(self.worker.codec, self.handles[i], self.items[i].sampling, self.texts[i])
 
     def failed_status(self) -> Optional[tuple[int, str]]:
         for h in self.handles:
@@ -271,7 +276,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         choices = []
         for i, (h, req) in enumerate(zip(run.handles, items)):
             reason, matched = _finish_fields(h)
-            text = output_text(codec, h, req.sampling)
+            text = run.text(i)
             c: dict = {"index": i}
             if chat:
                 c["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
@@ -291,8 +296,8 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
     first = [True] * len(items)
 
     def chunk(i: int, final: bool) -> list[bytes]:
-        h, req = run.handles[i], items[i]
-        text = output_text(codec, h, req.sampling)
+        h = run.handles[i]
+        text = run.text(i)
         delta, sent_text[i] = text[len(sent_text[i]):], text
         reason, matched = _finish_fields(h) if final else (None, None)
         if chat:

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .codec import TextCodec
+from .codec import GrowingText, TextCodec
 from .request import Bootstrap, GenerateRequest, RequestHandle, SamplingParams
 
 SAMPLING_KEYS = (
@@ -160,13 +160,16 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
     return ParsedGenerate(tuple(items), is_batch, bool(body.get("stream")))
 
 
-def output_text(codec: TextCodec, handle: RequestHandle, sp: SamplingParams) -> str:
+def output_text(codec: TextCodec, handle: RequestHandle, sp: SamplingParams,
+                growing: Optional[GrowingText] = None) -> str:
+    """The output's text as SGLang returns it; ``growing`` keeps a stream's earlier text."""
     ids = handle.output_ids
     fr = handle.finish_reason
     trim = fr is not None and fr.type == "stop" and not sp.no_stop_trim
     if trim and isinstance(fr.matched, int):
         ids = ids[:-1]
-    text = codec.decode(ids, skip_special_tokens=sp.skip_special_tokens)
+    text = (growing.decode(ids) if growing is not None
+            else codec.decode(ids, skip_special_tokens=sp.skip_special_tokens))
     if trim and isinstance(fr.matched, str):
         idx = text.find(fr.matched)
         if idx >= 0:

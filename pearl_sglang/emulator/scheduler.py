@@ -229,6 +229,8 @@ class Scheduler:
                 break
 
     def _ensure_decode_room(self) -> None:
+        if self.free_tokens() >= len(self.running):  # the common case: room without eviction
+            return
         while self.running and self.available() < len(self.running):
             if len(self.running) == 1:
                 break
@@ -319,6 +321,7 @@ class Scheduler:
 
     def finish_reason(self, r: Req, tok: int) -> Optional[FinishReason]:
         sp, n = r.req.sampling, len(r.handle.output_ids)
+        ctx_len = len(r.prompt) + n
         if n > sp.min_new_tokens:
             if tok == self.space.eos_token_id and not sp.ignore_eos:
                 return FinishReason("stop", matched=tok)
@@ -331,6 +334,6 @@ class Scheduler:
                         return FinishReason("stop", matched=s)
         if n >= sp.max_new_tokens:
             return FinishReason("length", length=sp.max_new_tokens)
-        if r.ctx_len >= self.context_length or r.ctx_len >= self.capacity - 1:
+        if ctx_len >= self.context_length or ctx_len >= self.capacity - 1:
             return FinishReason("length", length=n)
         return None

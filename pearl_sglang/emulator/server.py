@@ -68,10 +68,12 @@ class RealtimeDriver:
         if hasattr(loop, "add_stepper"):  # a discrete-event loop runs the engine itself
             stepper = _EngineStepper(self.engine, self.clock)
             loop.add_stepper(stepper)
+            self.engine.on_wake = lambda: loop.stepper_changed(stepper)
             try:
                 await loop.create_future()
             finally:
                 loop.remove_stepper(stepper)
+                self.engine.on_wake = self._wake.set
         engine, wake = self.engine, self._wake
         while True:
             engine.advance()
@@ -94,7 +96,8 @@ class RealtimeDriver:
 
 class _EngineStepper:
     """The engine as a stepper of a virtual-time loop (``benchmarks.harness.vtime``): the
-    loop asks when its next event is due and runs it then, between its own timers."""
+    loop asks when its next event is due and runs it then, between its own timers.  The
+    engine's ``on_wake`` (every outside call) tells the loop to ask again."""
 
     def __init__(self, engine: Engine, clock: ScaledClock) -> None:
         self.engine, self.clock = engine, clock

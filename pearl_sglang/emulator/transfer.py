@@ -51,6 +51,10 @@ class SharedLink:
         return self._t + max(least, 0.0) * n / self.bandwidth
 
     def pop_completed(self, t: float) -> list[Hashable]:
+        if not self._remaining:  # the common case: nothing in flight
+            if t > self._t:
+                self._t = t
+            return []
         self._progress(t)
         done = [k for k, r in self._remaining.items() if r <= 1.0]  # 1 byte: float slack
         for k in done:

@@ -73,7 +73,7 @@ def _record_completion(st: RouterState):
             st.metrics.migrations.inc(done.attempts - 1)
         st.telemetry.observe(TurnObservation(
             trajectory=done.trajectory, turn=done.turn, key=done.key,
-            full_key=full_sequence_key(done.prompt_ids, done.final["output_ids"]),
+            full_key=full_sequence_key(done.prompt_ids, done.final["output_ids"], done.key),
             prompt_tokens=meta.get("prompt_tokens") or 0, cached_tokens=meta.get("cached_tokens") or 0,
             generated_tokens=meta.get("completion_tokens") or 0, arrived_at=done.started,
             first_chunk_at=done.first_chunk_at, finished_at=done.ended, concurrency=done.concurrency,

@@ -51,16 +51,25 @@ class Target:
 
 def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
     """Chained hashes of the prompt's full blocks; equal prefixes share leading hashes."""
+    if input_ids is not None:
+        return extend_prefix_key((), input_ids)
     hashes: list[int] = []
     h = 0
-    if input_ids is not None:
-        for start in range(0, len(input_ids) - TOKEN_BLOCK + 1, TOKEN_BLOCK):
-            h = hash((h, tuple(input_ids[start:start + TOKEN_BLOCK])))
-            hashes.append(h)
-    elif text is not None:
+    if text is not None:
         for start in range(0, len(text) - CHAR_BLOCK + 1, CHAR_BLOCK):
             h = hash((h, text[start:start + CHAR_BLOCK]))
             hashes.append(h)
+    return tuple(hashes)
+
+
+def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[int] = ()) -> tuple[int, ...]:
+    """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are hashed."""
+    start = len(key) * TOKEN_BLOCK
+    tail = list(ids[start:]) + list(more) if more else ids[start:]
+    hashes, h = list(key), key[-1] if key else 0
+    for i in range(0, len(tail) - TOKEN_BLOCK + 1, TOKEN_BLOCK):
+        h = hash((h, tuple(tail[i:i + TOKEN_BLOCK])))
+        hashes.append(h)
     return tuple(hashes)
 
 

@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from pearl_sglang.core.telemetry import DecodeSample, PrefillSample, StepTelemetry, TurnRecord
-from pearl_sglang.router.selection import TOKEN_BLOCK
+from pearl_sglang.router.selection import extend_prefix_key, prefix_key
 
 
 @dataclass
@@ -112,11 +112,12 @@ class TelemetryCollector:
         return step
 
 
-def full_sequence_key(prompt_ids: list[int] | None, output_ids: list[int]) -> tuple[int, ...]:
-    """Block hashes of prompt + output (what the next turn's prompt will start with)."""
-    from pearl_sglang.router.selection import prefix_key
-
+def full_sequence_key(prompt_ids: list[int] | None, output_ids: list[int],
+                      prompt_key: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Block hashes of prompt + output (what the next turn's prompt will start with);
+    ``prompt_key``, the prompt's own ``prefix_key``, saves hashing the prompt again."""
     if prompt_ids is None:
         return ()
-    seq = list(prompt_ids) + list(output_ids)
-    return prefix_key(seq[: len(seq) - len(seq) % TOKEN_BLOCK], None)
+    if prompt_key is None:
+        prompt_key = prefix_key(prompt_ids, None)
+    return extend_prefix_key(prompt_key, prompt_ids, output_ids)

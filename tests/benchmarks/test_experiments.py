@@ -63,3 +63,31 @@ def test_suite_command_lists_experiments(capsys):
     assert main(["--help"]) == 0
     assert main(["nonsense"]) == 2
     assert "pd-sweep" in capsys.readouterr().err
+
+
+def test_all_runs_every_experiments_replays_in_one_pool(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "RESULTS", tmp_path)
+    jobs = [fixed.job(gpus=2, pd_mode="colocated", batch=4, steps=1, system=s) for s in ("pearl", "pearl-no-borrow")]
+    jobs = [replace(j, config=replace(j.config, **TINY)) for j in jobs]
+
+    def experiment(argv):
+        results = runner.run_jobs("exp", jobs, parallel=1, cache_dir="shared")
+        assert set(results) == {j.name for j in jobs}
+        return 0
+
+    planned = runner.plan_jobs(experiment, [])  # collects, runs nothing
+    assert [(name, [j.name for j in js]) for name, _, js in planned] == [("exp", [j.name for j in jobs])]
+    assert not (tmp_path / "shared").exists()
+    runner.run_all(planned + planned, parallel=2)  # a job two experiments share runs once
+    assert "[all] 2 runs to do" in capsys.readouterr().out
+    assert experiment([]) == 0
+    assert "2 cached, 0 to run" in capsys.readouterr().out
+
+
+def test_roll_runs_once_per_model_for_every_segment():
+    from benchmarks.experiments import elastic
+
+    names = [j.name for j in elastic.jobs(elastic.Plan())]
+    assert len(names) == len(set(names)) == 2 * (1 + 3 * 3)
+    assert elastic.run_name("qwen3-8b", 2, "roll") == "qwen3-8b-roll"
+    assert elastic.run_name("qwen3-8b", 2, "pearl") == "qwen3-8b-seg2-pearl"

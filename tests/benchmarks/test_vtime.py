@@ -163,3 +163,19 @@ def test_steppers_run_between_timers_in_time_order_and_wake_the_loop():
     # every event ran at its own time, in order, without a trip through asyncio each
     assert ticker.times[:10] == [0.5 * i for i in range(1, 11)]
     assert ticker.count == 10 and stats.steps == 10
+
+
+def test_a_stepper_whose_next_time_moves_says_so_and_runs_at_the_new_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticker = _Ticker(loop, 100.0, 1, lambda n: None)
+        loop.add_stepper(ticker)
+        await asyncio.sleep(1.0)  # the loop asked once: next event at 100 s
+        ticker.next_at = 2.0      # a request arrived: the next event is sooner
+        loop.stepper_changed(ticker)
+        await asyncio.sleep(5.0)
+        loop.remove_stepper(ticker)
+        return ticker.times
+
+    times = vtime.run(main())
+    assert times == [2.0]  # asked again after the change; stale, it would not run before 100 s

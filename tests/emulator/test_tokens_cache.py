@@ -94,3 +94,17 @@ def test_shared_link_processor_sharing() -> None:
     t = link.next_completion()
     assert abs(t - 2.5) < 1e-9
     assert sorted(link.pop_completed(t)) == ["a", "b", "c"]
+
+
+def test_growing_text_equals_decoding_the_whole_output_each_time():
+    from pearl_sglang.emulator.codec import GrowingText, TextCodec
+
+    codec = TextCodec(None)
+    growing = GrowingText(codec)
+    ids: list[int] = []
+    for chunk in ([300, 301], [], [70000, 259, 151000], [65, 0xC3], [0xA9, 400], [258, 500]):
+        ids = ids + chunk  # a byte id and a special id switch it to whole decoding
+        assert growing.decode(ids) == codec.decode(ids)
+    assert growing.decode(ids[:-1]) == codec.decode(ids[:-1])  # a trimmed final output
+    fresh = GrowingText(codec)
+    assert fresh.decode([300, 301]) == " t300 t301" and fresh.decode([300]) == " t300"

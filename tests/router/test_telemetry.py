@@ -66,3 +66,21 @@ def test_collector_counts_effective_prefill():
     assert len(step.decode) == 2 and step.decode[0].concurrency == 4
     assert fit_step(step).delta_L == (1000 + 800 + 100) / 2
     assert col.pending() == 0
+
+
+def test_sequence_key_extends_the_prompt_key_without_rehashing_it():
+    import random
+
+    from pearl_sglang.router.selection import TOKEN_BLOCK, prefix_key
+    from pearl_sglang.router.telemetry import full_sequence_key
+
+    rng = random.Random(7)
+    for n in (0, 5, TOKEN_BLOCK - 1, TOKEN_BLOCK, TOKEN_BLOCK + 1, 10 * TOKEN_BLOCK + 3):
+        for m in (0, 1, TOKEN_BLOCK, 2 * TOKEN_BLOCK + 5):
+            prompt = [rng.randrange(1000) for _ in range(n)]
+            output = [rng.randrange(1000) for _ in range(m)]
+            whole = prefix_key(prompt + output, None)  # full blocks only
+            assert full_sequence_key(prompt, output) == whole
+            assert full_sequence_key(prompt, output, prefix_key(prompt, None)) == whole
+            # the next turn's prompt starts with this sequence, so it shares these blocks
+            assert prefix_key(prompt + output + [1] * TOKEN_BLOCK, None)[:len(whole)] == whole
