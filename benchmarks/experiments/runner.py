@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -11,7 +10,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from benchmarks.harness.replay import ReplayConfig, replay
 
@@ -51,7 +50,7 @@ def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool
     """Results by job name. A cached run is reused when its configuration is unchanged;
     experiments that share runs (the PD sweep and ratio selection) share ``cache_dir``.
 
-    Under ``planning()`` nothing runs: the jobs are recorded and the experiment stops here."""
+    Under ``plan_jobs`` nothing runs: the jobs are recorded and the experiment stops here."""
     cache = RESULTS / (cache_dir or experiment) / "runs"
     if _planned is not None:
         _planned.append((experiment, cache, jobs))
@@ -66,30 +65,23 @@ def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool
 
 # ---- running several experiments' replays in one pool (``experiments all``) -----------
 class _PlanOnly(Exception):
-    """Raised by ``run_jobs`` under ``planning()`` once an experiment's jobs are known."""
+    """Raised by ``run_jobs`` under ``plan_jobs`` once an experiment's jobs are known."""
 
 
 _planned: list[tuple[str, Path, list[Job]]] | None = None
 
 
-@contextlib.contextmanager
-def planning() -> Iterator[list[tuple[str, Path, list[Job]]]]:
-    """Collect the jobs that experiments' ``main`` functions would run, running none:
-    each ``main`` called inside stops at its ``run_jobs`` call."""
+def plan_jobs(main: Callable[[list[str]], int], argv: list[str]) -> list[tuple[str, Path, list[Job]]]:
+    """The jobs an experiment's ``main(argv)`` would run, running none: ``run_jobs``
+    records them and stops ``main`` there (so ``main`` must reach a ``run_jobs`` call)."""
     global _planned
     _planned = collected = []
     try:
-        yield collected
+        main(argv)
     except _PlanOnly:
         pass
     finally:
         _planned = None
-
-
-def plan_jobs(main: Callable[[list[str]], int], argv: list[str]) -> list[tuple[str, Path, list[Job]]]:
-    """The jobs ``main(argv)`` would run; ``main`` must reach a ``run_jobs`` call."""
-    with planning() as collected:
-        main(argv)
     return collected
 
 
@@ -134,8 +126,11 @@ def _execute(label: str, todo: list[tuple[Path, Job]], parallel: int, *, done: i
         return results
     failed: list[str] = []
     t0 = time.perf_counter()
-    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter per worker: no inherited loop
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx) as pool:
+    # A fresh interpreter per replay: nothing inherited from the parent's loop, and nothing
+    # left over from earlier replays (one pool running ~50 replays per process grew to
+    # 2 GiB and ran the later ones ~35% slower).
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx, max_tasks_per_child=1) as pool:
         futures = {pool.submit(_run_one, job.config): (cache, job) for cache, job in todo}
         for fut in as_completed(futures):
             cache, job = futures[fut]

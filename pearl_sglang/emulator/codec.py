@@ -102,7 +102,7 @@ class TextCodec:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         if self._tok is not None:
             return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
-        text = self._by_table(ids)
+        text = self.generated_text(ids)
         if text is not None:
             return text
         buf, parts = bytearray(), []
@@ -120,7 +120,7 @@ class TextCodec:
         parts.append(buf.decode("utf-8", errors="replace"))
         return "".join(parts)
 
-    def _by_table(self, ids: list[int]) -> Optional[str]:
+    def generated_text(self, ids: list[int]) -> Optional[str]:
         """The byte codec's text of generated ids (all >= 259: one table entry each, so a
         prefix's text is a prefix of the text); None when ``ids`` hold other ids."""
         table = self._table
@@ -161,7 +161,7 @@ class GrowingText:
     def decode(self, ids: list[int]) -> str:
         n = self._n
         if 0 <= n <= len(ids):
-            tail = self.codec._by_table(ids[n:]) if len(ids) > n else ""  # noqa: SLF001
+            tail = self.codec.generated_text(ids[n:]) if len(ids) > n else ""
             if tail is not None:
                 self._n, self._text = len(ids), self._text + tail
                 return self._text
