@@ -274,7 +274,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if failed is not None:
             return error_response(*failed)
         choices = []
-        for i, (h, req) in enumerate(zip(run.handles, items)):
+        for i, h in enumerate(run.handles):
             reason, matched = _finish_fields(h)
             text = run.text(i)
             c: dict = {"index": i}
