@@ -24,8 +24,8 @@ VARIANTS = (
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser("ablation", __doc__)
     args = parser.parse_args(argv)
-    sizes, steps, batch, name = ((4,), 3, 32, NAME + "-quick") if args.quick else (SIZES, 3, 64, NAME)
-    grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, steps=steps, system=system)
+    sizes, batch, name = ((4,), 32, NAME + "-quick") if args.quick else (SIZES, 64, NAME)
+    grid = {(g, label): fixed.job(gpus=g, pd_mode=mode, batch=batch, system=system)
             for g in sizes for label, system, mode in VARIANTS}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel,
                        cache_dir=fixed.cache(args.quick))
@@ -42,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
                           "topologies": sorted({s["topology"] for s in r["steps"]}),
                           "borrowed_steps": sum(bool(s["borrowing"]) for s in r["steps"])})
     md = (f"# Ablation (Figure 7)\n\n16 training GPUs (8 TP2 overlap workers), Qwen3-8B profile, batch {batch}, "
-          f"rewrite_fraction {fixed.REWRITE}, {steps} steps (the first excluded). Mean step throughput in tok/s "
+          f"rewrite_fraction {fixed.REWRITE}, {fixed.STEPS} steps (the first excluded). Mean step throughput in tok/s "
           f"(ratio to colocated). Paper: each component adds throughput, borrowing most where reserved GPUs "
           f"are few, and the gate avoids borrowing that does not pay.\n\n"
           + md_table(["variant"] + [f"{g} reserved GPUs" for g in sizes], rows))
-    write(name, {"sizes": sizes, "steps": steps, "batch": batch, "cells": cells}, md)
+    write(name, {"sizes": sizes, "steps": fixed.STEPS, "batch": batch, "cells": cells}, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     grouped_bars(ax, [f"{g} GPUs" for g in sizes],

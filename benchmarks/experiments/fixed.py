@@ -16,6 +16,9 @@ def cache(quick: bool) -> str:
     measures them afresh)."""
     return CACHE + ("-quick" if quick else "")
 REWRITE = 0.9  # the paper's prefill-heavy regime
+# A warm-up step (cold caches, workers starting) and one measured step. Every fixed
+# experiment uses the same count, so the runs they have in common are run once.
+STEPS = 2
 
 
 def mode_label(pd_mode: str, gpus: int) -> str:
@@ -33,7 +36,7 @@ def splits(workers: int) -> list[str]:
     return ["colocated"] + [f"{p}:{workers - p}" for p in range(1, workers)]
 
 
-def job(*, gpus: int, pd_mode: str, batch: int, steps: int, system: str = "pearl-no-borrow",
+def job(*, gpus: int, pd_mode: str, batch: int, steps: int = STEPS, system: str = "pearl-no-borrow",
         rewrite: float = REWRITE, max_len: int = 32768, model: str = "qwen3-8b") -> Job:
     """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing."""
     name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}-r{rewrite:g}"

@@ -19,11 +19,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the paper swept Qwen3-30B-A3B; Qwen3-8B at batch 64 is also in the ratio selection")
     args = parser.parse_args(argv)
     if args.quick:
-        batches, modes, steps, name = (64,), ["colocated", "2:6", "4:4", "6:2"], 2, NAME + "-quick"
+        batches, modes, name = (64,), ["colocated", "2:6", "4:4", "6:2"], NAME + "-quick"
         models = ["qwen3-8b"]
     else:
-        batches, modes, steps, name, models = (32, 64, 128), fixed.splits(GPUS // 2), 2, NAME, args.models
-    grid = {(m, b, x): fixed.job(gpus=GPUS, pd_mode=x, batch=b, steps=steps, model=m)
+        batches, modes, name, models = (32, 64, 128), fixed.splits(GPUS // 2), NAME, args.models
+    grid = {(m, b, x): fixed.job(gpus=GPUS, pd_mode=x, batch=b, model=m)
             for m in models for b in batches for x in modes}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel,
                        cache_dir=fixed.cache(args.quick))
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                 cells.append({"model": m, "batch": b, "pd_mode": x, "label": fixed.mode_label(x, GPUS),
                               "rollout_tok_s": v, "vs_colocated": v / col})
             rows.append(row)
-        md += (f"\n## {m}\n\n8 TP2 workers (16 GPUs), rewrite_fraction {fixed.REWRITE} (prefill-heavy), {steps} steps "
+        md += (f"\n## {m}\n\n8 TP2 workers (16 GPUs), rewrite_fraction {fixed.REWRITE} (prefill-heavy), {fixed.STEPS} steps "
                f"(the first excluded). Rollout throughput in generated tok/s (ratio to colocated).\n\n"
                + md_table(["configuration"] + [f"batch {b}" for b in batches], rows))
         for b in batches:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.legend(fontsize=7)
     md += ("\nPaper (Qwen3-30B-A3B): the best split beats colocation by 9.7% at batch 32, 1.4% at 80, and loses "
            "by 6.1% at 96; the best split moves from 4P4D (batch 48) to 5P3D (batch 64).\n")
-    write(name, {"batches": batches, "modes": modes, "steps": steps, "models": models, "cells": cells}, md)
+    write(name, {"batches": batches, "modes": modes, "steps": fixed.STEPS, "models": models, "cells": cells}, md)
     fig.tight_layout()
     fig.savefig(RESULTS / name / "pd_sweep.png", dpi=110)
     plt.close(fig)

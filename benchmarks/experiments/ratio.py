@@ -17,11 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = arg_parser("ratio", __doc__)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
-    points, steps, name = ((4, 6), 2, NAME + "-quick") if args.quick else (POINTS, 2, NAME)
+    points, name = ((4, 6), NAME + "-quick") if args.quick else (POINTS, NAME)
     batch = 32 if args.quick else args.batch_size
-    grid = {(g, m): fixed.job(gpus=g, pd_mode=m, batch=batch, steps=steps)
+    grid = {(g, m): fixed.job(gpus=g, pd_mode=m, batch=batch)
             for g in points for m in fixed.splits(g // 2)}
-    auto = {g: fixed.job(gpus=g, pd_mode="auto", batch=batch, steps=steps) for g in points}
+    auto = {g: fixed.job(gpus=g, pd_mode="auto", batch=batch) for g in points}
     results = run_jobs(name, [*grid.values(), *auto.values()], parallel=args.parallel,
                        cache_dir=fixed.cache(args.quick))
     rows, cells, within = [], [], 0
@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{measured[best_mode]:.0f}", f"{100 * loss:+.1f}%",
                      ", ".join(f"{fixed.mode_label(m, g)} {v:.0f}" for m, v in measured.items())])
     md = (f"# Ratio selection (Table 2)\n\nQwen3-8B profile, batch {batch}, rewrite_fraction {fixed.REWRITE}, "
-          f"{steps} steps (the first excluded); rollout throughput in generated tok/s. The choice is within "
+          f"{fixed.STEPS} steps (the first excluded); rollout throughput in generated tok/s. The choice is within "
           f"{100 * TOLERANCE:.0f}% of the best on **{within} of {len(points)}** resource points "
           f"(paper: the chosen ratio is the best or within a few percent on every point).\n\n"
           + md_table(["GPUs", "engine's choice", "choice tok/s", "best", "best tok/s", "lost", "every configuration"],
                      rows))
-    write(name, {"batch": batch, "steps": steps, "tolerance": TOLERANCE, "within": within, "cells": cells}, md)
+    write(name, {"batch": batch, "steps": fixed.STEPS, "tolerance": TOLERANCE, "within": within, "cells": cells}, md)
     return 0

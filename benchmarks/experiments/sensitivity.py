@@ -22,10 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = arg_parser("sensitivity", __doc__)
     args = parser.parse_args(argv)
     if args.quick:
-        settings, steps, name = [(32, 32768), (32, 8192)], 2, NAME + "-quick"
+        settings, name = [(32, 32768), (32, 8192)], NAME + "-quick"
     else:
-        settings, steps, name = [(32, 32768), (64, 32768), (128, 32768), (64, 8192), (64, 16384)], 3, NAME
-    grid = {(b, n, s): fixed.job(gpus=GPUS, pd_mode=mode, batch=b, steps=steps, system=system, max_len=n)
+        settings, name = [(32, 32768), (64, 32768), (128, 32768), (64, 8192), (64, 16384)], NAME
+    grid = {(b, n, s): fixed.job(gpus=GPUS, pd_mode=mode, batch=b, system=system, max_len=n)
             for b, n in settings for s, (system, mode) in SYSTEMS.items()}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel,
                        cache_dir=fixed.cache(args.quick))
@@ -43,11 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append([b, n, f"{tput[(b, n, 'rlboost')]:.0f}", f"{tput[(b, n, 'pearl')]:.0f}", f"{gain:.2f}x",
                      ", ".join(cells[-1]["pearl_topologies"]), f"{floors['rlboost']:.2f} / {floors['pearl']:.2f}"])
     md = (f"# Workload sensitivity (Figure 8)\n\n8 reserved rollout GPUs, 16 training GPUs, Qwen3-8B profile, "
-          f"rewrite_fraction {fixed.REWRITE}, {steps} steps (the first excluded). Mean step throughput in tok/s. "
+          f"rewrite_fraction {fixed.REWRITE}, {fixed.STEPS} steps (the first excluded). Mean step throughput in tok/s. "
           f"Paper: PEARL over RLBoost+ +5.3% to +63.7% across batch 32-128, +9.8% to +26.5% across 8K-32K.\n\n"
           + md_table(["batch", "max trajectory tokens", "RLBoost+", "PEARL", "PEARL / RLBoost+",
                       "PEARL's topologies", "rollout / latency floor (RLBoost+ / PEARL)"], rows))
-    write(name, {"steps": steps, "settings": settings, "cells": cells}, md)
+    write(name, {"steps": fixed.STEPS, "settings": settings, "cells": cells}, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.4))
     grouped_bars(ax, [f"B{b}\n{n // 1024}K" for b, n in settings],

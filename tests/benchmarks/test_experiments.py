@@ -43,10 +43,10 @@ def test_every_experiment_builds_valid_cluster_configs(tmp_path):
     from pearl_sglang.control.cluster_config import ClusterConfig
 
     jobs = elastic.jobs(elastic.Plan())  # the quick plan has its own cache folder
-    jobs += [fixed.job(gpus=g, pd_mode=m, batch=64, steps=2) for g in ratio.POINTS for m in fixed.splits(g // 2)]
-    jobs += [fixed.job(gpus=g, pd_mode=mode, batch=64, steps=3, system=s)
+    jobs += [fixed.job(gpus=g, pd_mode=m, batch=64) for g in ratio.POINTS for m in fixed.splits(g // 2)]
+    jobs += [fixed.job(gpus=g, pd_mode=mode, batch=64, system=s)
              for g in ablation.SIZES for _, s, mode in ablation.VARIANTS]
-    jobs += [fixed.job(gpus=sensitivity.GPUS, pd_mode=mode, batch=64, steps=3, system=s, max_len=8192)
+    jobs += [fixed.job(gpus=sensitivity.GPUS, pd_mode=mode, batch=64, system=s, max_len=8192)
              for s, mode in sensitivity.SYSTEMS.values()]
     by_name = {}
     for j in jobs:  # a name is a cache file: experiments may share a run, never a name for two runs
@@ -91,3 +91,16 @@ def test_roll_runs_once_per_model_for_every_segment():
     assert len(names) == len(set(names)) == 2 * (1 + 3 * 3)
     assert elastic.run_name("qwen3-8b", 2, "roll") == "qwen3-8b-roll"
     assert elastic.run_name("qwen3-8b", 2, "pearl") == "qwen3-8b-seg2-pearl"
+
+
+def test_fixed_experiments_share_the_runs_they_have_in_common():
+    from benchmarks.experiments import ablation, ratio, sensitivity
+
+    def names(module):
+        return {j.name for _, _, jobs in runner.plan_jobs(module.main, []) for j in jobs}
+
+    ratio_runs, ablation_runs, sensitivity_runs = names(ratio), names(ablation), names(sensitivity)
+    assert {f"pearl-no-borrow-g{g}-{m}-b64-s{fixed.STEPS}-r0.9" for g in (4, 8, 16) for m in ("colocated", "auto")} \
+        <= ratio_runs & ablation_runs
+    assert {f"pearl-no-borrow-g8-colocated-b64-s{fixed.STEPS}-r0.9", f"pearl-g8-auto-b64-s{fixed.STEPS}-r0.9"} \
+        <= sensitivity_runs & (ratio_runs | ablation_runs)
