@@ -9,16 +9,16 @@ from benchmarks.experiments.runner import Job
 from benchmarks.harness.replay import ReplayConfig
 
 CACHE = "fixed"
+REWRITE = 0.9  # the paper's prefill-heavy regime
+# A warm-up step (cold caches, workers starting) and one measured step. Every fixed
+# experiment uses the same count, so the runs they have in common are run once.
+STEPS = 2
 
 
 def cache(quick: bool) -> str:
     """The shared run cache; quick runs keep their own (not committed: a fresh clone
     measures them afresh)."""
     return CACHE + ("-quick" if quick else "")
-REWRITE = 0.9  # the paper's prefill-heavy regime
-# A warm-up step (cold caches, workers starting) and one measured step. Every fixed
-# experiment uses the same count, so the runs they have in common are run once.
-STEPS = 2
 
 
 def mode_label(pd_mode: str, gpus: int) -> str:
