@@ -48,7 +48,7 @@ def _line(result: dict[str, Any]) -> str:
 def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool = False,
              cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
     """Results by job name. A cached run is reused when its configuration is unchanged;
-    experiments that share runs (the PD sweep and ratio selection) share ``cache_dir``.
+    experiments that share runs (the four fixed-resource ones) share ``cache_dir``.
 
     Under ``plan_jobs`` nothing runs: the jobs are recorded and the experiment stops here."""
     cache = RESULTS / (cache_dir or experiment) / "runs"
