@@ -6,7 +6,9 @@ engine, planner, orchestrator, executors, borrowing gate), the RL driver
 (``AgenticRLDriver`` with its admin hooks) and the trace replayer, all talking HTTP over
 loopback.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
-therefore replays in CPU time only.
+therefore replays in CPU time only.  The router's generation calls reach the emulated
+workers in-process (``emulator.direct``; ``--worker-transport http`` sends them over
+loopback HTTP too, for ~25% more CPU and the same results); its control calls use HTTP.
 
     .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
         [--model qwen3-8b] [--minutes 120] [--batch-size 64 --group-size 16] [--out FILE.json]
@@ -44,11 +46,14 @@ from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
 from pearl_sglang.demo.report import label, roles
+from pearl_sglang.emulator.direct import InProcessTransport
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from pearl_sglang.emulator.server import Worker
 from pearl_sglang.router import health as router_health
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
+from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 from pearl_sglang.workload import AgenticRLDriver, DriverConfig, SweWorkload, TrainerProfile, admin_hooks
 from pearl_sglang.workload.results import StepResult
 from pearl_sglang.workload.timebase import EmulatedTime
@@ -74,6 +79,7 @@ class ReplayConfig:
     steps: Optional[int] = None                # stop after this many steps (else the window)
     seed: int = 0
     stream_interval: int = 64                  # router -> worker chunk interval (router default 16)
+    worker_transport: str = "in-process"       # router -> worker /generate: "in-process" or "http"
     sample_every_s: float = 60.0               # topology samples (virtual seconds)
     cold_start: bool = True                    # launched workers wait the profile's cold start
     request_timeout_s: float = 3600.0
@@ -133,6 +139,17 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
     for key, value in config.cluster_overrides.items():
         data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
     return data
+
+
+def _transport_factory(config: ReplayConfig, launchers: list[InProcessEmulatorLauncher]) -> TransportFactory:
+    if config.worker_transport == "http":
+        return HttpTransport
+    if config.worker_transport != "in-process":
+        raise ValueError("worker_transport must be 'in-process' or 'http'")
+
+    def resolve(url: str) -> Optional[Worker]:
+        return next((w for lc in launchers if (w := lc.worker_at(url)) is not None), None)
+    return lambda _session, _timeouts: InProcessTransport(resolve)
 
 
 class _LoopTime:
@@ -251,7 +268,8 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
                                      security=Security(admin_token=TOKEN), health_interval_s=10.0,
                                      dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
-        app = build_app(router_config, store, cluster, launcher_factory=factory)
+        app = build_app(router_config, store, cluster, launcher_factory=factory,
+                        transport_factory=_transport_factory(config, launchers))
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
@@ -342,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stream-interval", type=int, default=64)
     parser.add_argument("--no-cold-start", action="store_true")
+    parser.add_argument("--worker-transport", default="in-process", choices=["in-process", "http"],
+                        help="how the router's generation calls reach the emulated workers")
     parser.add_argument("--out", default=None, help="write the result JSON here")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--profile", default=None, help="write a cProfile of the run here")
@@ -351,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
                           trace_start_h=args.trace_start_h, minutes=args.minutes, batch_size=args.batch_size,
                           group_size=args.group_size, rewrite_fraction=args.rewrite_fraction,
                           train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
-                          stream_interval=args.stream_interval, cold_start=not args.no_cold_start)
+                          stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
+                          worker_transport=args.worker_transport)
     if args.profile:
         import cProfile
 

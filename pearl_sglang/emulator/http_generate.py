@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from aiohttp import web
 
@@ -42,12 +42,15 @@ class _Watch:
             self.event.set()
 
 
-def error_response(status: int, message: str) -> web.Response:
+def error_body(status: int, message: str) -> dict:
     if status == 400:
-        return web.json_response({"error": {"message": message}}, status=400)
-    return web.json_response({"object": "error", "message": message,
-                              "type": HTTPStatus(status).phrase, "param": None, "code": status},
-                             status=status)
+        return {"error": {"message": message}}
+    return {"object": "error", "message": message, "type": HTTPStatus(status).phrase, "param": None,
+            "code": status}
+
+
+def error_response(status: int, message: str) -> web.Response:
+    return web.json_response(error_body(status, message), status=status)
 
 
 def _input_logprobs(ids: tuple[int, ...]) -> list:
@@ -55,11 +58,16 @@ def _input_logprobs(ids: tuple[int, ...]) -> list:
             for i, t in enumerate(ids)]
 
 
+class RunClosed(Exception):
+    """The worker stopped under a run that a caller in the same process was waiting on."""
+
+
 class Run:
     """A set of submitted requests and their watches."""
 
     def __init__(self, worker: Worker, items: tuple[GenerateRequest, ...], stream: bool) -> None:
         self.worker, self.items = worker, items
+        self.closed = False
         self.watches = [_Watch() for _ in items]
         self.texts = [GrowingText(worker.codec, r.sampling.skip_special_tokens) for r in items]
         self.handles: list[RequestHandle] = []
@@ -76,12 +84,20 @@ class Run:
             if not h.finished:
                 self.worker.engine.abort(h.rid)
 
+    def close(self) -> None:
+        """The worker is going away: wake every waiter, which then raises ``RunClosed``."""
+        self.closed = True
+        for w in self.watches:
+            w.event.set()
+
     async def wait_all(self) -> None:
         try:
             for h, w in zip(self.handles, self.watches):
                 while not h.finished:
                     await w.event.wait()
                     w.event.clear()
+                    if self.closed:
+                        raise RunClosed
         except asyncio.CancelledError:
             self.abort()
             raise
@@ -104,37 +120,43 @@ class Run:
                 return fr.status_code, fr.message or "aborted"
         return None
 
-    async def stream(self, response: web.StreamResponse, intervals: list[int],
-                     chunk: Callable[[int, bool], list[bytes]]) -> None:
-        """Send chunks as requests progress; ``chunk(i, final)`` renders SSE lines."""
+    async def updates(self, intervals: list[int]) -> AsyncIterator[tuple[int, bool]]:
+        """``(i, final)`` whenever request ``i`` has ``intervals[i]`` new tokens or finished."""
         sent = [0] * len(self.handles)
         pending = set(range(len(self.handles)))
         for w, interval in zip(self.watches, intervals):
             w.next_at = interval
+        while pending:
+            if len(pending) == 1:
+                await self.watches[next(iter(pending))].event.wait()
+            elif not any(self.watches[i].event.is_set() for i in pending):
+                waits = [asyncio.ensure_future(self.watches[i].event.wait()) for i in pending]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for f in waits:
+                    f.cancel()
+            if self.closed:
+                raise RunClosed
+            for i in sorted(pending):
+                w, h = self.watches[i], self.handles[i]
+                if not w.event.is_set():
+                    continue
+                w.event.clear()
+                n = len(h.output_ids)
+                if h.finished:
+                    pending.discard(i)
+                    yield i, True
+                elif n - sent[i] >= intervals[i]:
+                    sent[i] = n
+                    w.next_at = n + intervals[i]
+                    yield i, False
+
+    async def stream(self, response: web.StreamResponse, intervals: list[int],
+                     chunk: Callable[[int, bool], list[bytes]]) -> None:
+        """Send chunks as requests progress; ``chunk(i, final)`` renders SSE lines."""
         try:
-            while pending:
-                if len(pending) == 1:
-                    await self.watches[next(iter(pending))].event.wait()
-                elif not any(self.watches[i].event.is_set() for i in pending):
-                    waits = [asyncio.ensure_future(self.watches[i].event.wait()) for i in pending]
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                    for f in waits:
-                        f.cancel()
-                for i in sorted(pending):
-                    w, h = self.watches[i], self.handles[i]
-                    if not w.event.is_set():
-                        continue
-                    w.event.clear()
-                    n = len(h.output_ids)
-                    if h.finished:
-                        pending.discard(i)
-                        for line in chunk(i, True):
-                            await response.write(line)
-                    elif n - sent[i] >= intervals[i]:
-                        sent[i] = n
-                        w.next_at = n + intervals[i]
-                        for line in chunk(i, False):
-                            await response.write(line)
+            async for i, final in self.updates(intervals):
+                for line in chunk(i, final):
+                    await response.write(line)
             await response.write(DONE)
         except (asyncio.CancelledError, ConnectionResetError):
             self.abort()
@@ -170,6 +192,17 @@ def _guard(fn: Callable[[web.Request], Awaitable[web.StreamResponse]]):
 
 
 # ---- /generate -----------------------------------------------------------------------
+def stream_intervals(worker: Worker, parsed: ParsedGenerate) -> list[int]:
+    return [r.sampling.stream_interval or worker.args.stream_interval for r in parsed.items]
+
+
+def chunk_body(run: Run, parsed: ParsedGenerate, i: int, final: bool) -> dict:
+    body = run.body(i, final=final)
+    if parsed.is_batch:
+        body["index"] = i
+    return body
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     parsed: ParsedGenerate = parse_generate(await _json_body(request), worker.codec)
@@ -182,15 +215,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
         return web.json_response(bodies if parsed.is_batch else bodies[0])
     resp = await _start_sse(request)
-    default = worker.args.stream_interval
-    intervals = [r.sampling.stream_interval or default for r in parsed.items]
-
-    def chunk(i: int, final: bool) -> list[bytes]:
-        body = run.body(i, final=final)
-        if parsed.is_batch:
-            body["index"] = i
-        return [_sse(body)]
-    await run.stream(resp, intervals, chunk)
+    await run.stream(resp, stream_intervals(worker, parsed),
+                     lambda i, final: [_sse(chunk_body(run, parsed, i, final))])
     return resp
 
 

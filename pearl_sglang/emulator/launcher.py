@@ -14,7 +14,7 @@ from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec, engine_args
 from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
-from pearl_sglang.emulator.server import build_worker, start
+from pearl_sglang.emulator.server import Worker, build_worker, start
 from pearl_sglang.engine.launch_args import LaunchRole
 
 
@@ -24,7 +24,8 @@ _BIND_ATTEMPTS = 5
 @dataclass
 class _Running:
     runners: list
-    worker: object
+    worker: Worker
+    endpoint: str
     ports: tuple[int | None, ...] = ()
 
 
@@ -34,6 +35,7 @@ class InProcessEmulatorLauncher:
     host: str = "127.0.0.1"
     launches: int = 0
     _running: dict[int, _Running] = field(default_factory=dict)
+    _by_endpoint: dict[str, Worker] = field(default_factory=dict)
     _ports: PortPool = field(default_factory=PortPool)
 
     def slots(self) -> tuple[int, ...]:
@@ -42,9 +44,13 @@ class InProcessEmulatorLauncher:
     def alive(self, slot: int) -> bool:
         return slot in self._running
 
-    def worker(self, slot: int):
+    def worker(self, slot: int) -> Worker:
         """The emulated worker object (its engine), for tests that inspect it."""
         return self._running[slot].worker
+
+    def worker_at(self, endpoint: str) -> Worker | None:
+        """The running worker that serves ``endpoint`` (``emulator.direct`` calls it)."""
+        return self._by_endpoint.get(endpoint)
 
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
         if self.engine.kind != "emulator":
@@ -71,14 +77,18 @@ class InProcessEmulatorLauncher:
             except BaseException:
                 self._ports.release(port, bootstrap)
                 raise
-        self._running[spec.slot] = _Running([runner, *extra], worker, (port, bootstrap))
+        endpoint = f"http://{self.host}:{bound}"
+        self._running[spec.slot] = _Running([runner, *extra], worker, endpoint, (port, bootstrap))
+        self._by_endpoint[endpoint] = worker
         self.launches += 1
-        return LaunchedWorker(slot=spec.slot, endpoint=f"http://{self.host}:{bound}", bootstrap_port=bootstrap)
+        return LaunchedWorker(slot=spec.slot, endpoint=endpoint, bootstrap_port=bootstrap)
 
     async def stop(self, slot: int) -> None:
         running = self._running.pop(slot, None)
         if running is None:
             return
+        self._by_endpoint.pop(running.endpoint, None)
+        running.worker.close()
         for runner in reversed(running.runners):
             await runner.cleanup()
         self._ports.release(*running.ports)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Optional
 
 import aiohttp
@@ -89,9 +89,14 @@ class RealtimeDriver:
             # Wake a hair late: on a virtual-time loop the clock lands exactly on the timer,
             # and float rounding of (loop time - start) could leave the engine a few ulps
             # short of its event, spinning forever. Events are processed at their own model
-            # time, so lateness never changes results.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay + _WAKE_SLACK_S)
+            # time, so lateness never changes results.  (A timer that sets the event, not
+            # ``wait_for``: on Python 3.11 ``wait_for`` swallows a cancellation that comes
+            # with a wake-up, and the app's cleanup then waits for this task forever.)
+            timer = loop.call_later(delay + _WAKE_SLACK_S, wake.set)
+            try:
+                await wake.wait()
+            finally:
+                timer.cancel()
 
 
 class _EngineStepper:
@@ -125,6 +130,15 @@ class Worker:
     session: Optional[aiohttp.ClientSession] = None
     weight_group: Optional[str] = None
     in_weight_update: bool = False
+    closed: bool = False
+    direct_runs: set = field(default_factory=set)  # runs of in-process callers (``direct``)
+
+    def close(self) -> None:
+        """The server is stopping: in-process callers lose their streams, as HTTP clients
+        lose their connections."""
+        self.closed = True
+        for run in list(self.direct_runs):
+            run.close()
 
     @property
     def served_model_name(self) -> str:

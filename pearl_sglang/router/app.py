@@ -35,6 +35,7 @@ from pearl_sglang.router.middleware import (
 from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
+from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 
 LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
 PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
@@ -130,7 +131,8 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
 
 
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
-              launcher_factory: LauncherFactory = local_launcher) -> web.Application:
+              launcher_factory: LauncherFactory = local_launcher,
+              transport_factory: TransportFactory = HttpTransport) -> web.Application:
     config.validate()
     st = RouterState(
         config=config, store=store, selector=Selector(pushes=lambda: st.control.pushes if st.control else None),
@@ -149,8 +151,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         st.session = aiohttp.ClientSession(connector=connector)
         st.dispatcher = Dispatcher(
-            session=st.session, store=store, selector=st.selector, inflight=st.inflight, gate=st.gate,
-            timeouts=config.timeouts, config=config.dispatch, unavailable=st.breakers.open_slots,
+            transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
+            inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
             on_worker_failure=_on_failure(st), on_complete=_record_completion(st))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
         yield

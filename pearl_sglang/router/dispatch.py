@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
 
-import aiohttp
-
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
@@ -27,7 +25,7 @@ from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry
 from pearl_sglang.router.selection import NoRoute, Selector, Target, prefix_key
 from pearl_sglang.router.stitch import Stitcher
-from pearl_sglang.router.worker_client import Timeouts, abort, post_json, stream_generate
+from pearl_sglang.router.worker_client import WorkerTransport
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
@@ -68,17 +66,16 @@ def _finish_reason(chunk: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class Dispatcher:
-    def __init__(self, *, session: aiohttp.ClientSession, store: StateStore, selector: Selector,
-                 inflight: InFlightRegistry, gate: AdmissionGate, timeouts: Timeouts,
+    def __init__(self, *, transport: WorkerTransport, store: StateStore, selector: Selector,
+                 inflight: InFlightRegistry, gate: AdmissionGate,
                  config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
                  on_complete: Callable[[Completed], None] = lambda c: None) -> None:
-        self.session = session
+        self.transport = transport
         self.store = store
         self.selector = selector
         self.inflight = inflight
         self.gate = gate
-        self.timeouts = timeouts
         self.config = config
         self.unavailable = unavailable
         self.on_worker_failure = on_worker_failure
@@ -165,7 +162,7 @@ class Dispatcher:
             if not finished:
                 # The client went away or the request failed: free the workers' slots.
                 for url in entry.urls:
-                    asyncio.ensure_future(abort(self.session, url=url, rid=item.rid, timeouts=self.timeouts))
+                    asyncio.ensure_future(self.transport.abort(url=url, rid=item.rid))
 
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
                     what: str) -> Target:
@@ -231,7 +228,7 @@ class Dispatcher:
                  item: GenerateItem) -> AsyncIterator[dict[str, Any]]:
         if not target.is_pd:
             w = target.worker
-            return stream_generate(self.session, slot=w.slot, url=w.endpoint, body=body, timeouts=self.timeouts)
+            return self.transport.stream_generate(slot=w.slot, url=w.endpoint, body=body)
         return self._pd_attempt(target, body, item)
 
     async def _pd_attempt(self, target: Target, body: dict[str, Any],
@@ -239,11 +236,9 @@ class Dispatcher:
         prefill, decode = target.prefill, target.decode
         pd_body = {**body, "bootstrap_host": urlparse(prefill.endpoint).hostname,
                    "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
-        prefill_call = asyncio.ensure_future(post_json(
-            self.session, slot=prefill.slot, url=prefill.endpoint, path="/generate",
-            body={**pd_body, "stream": False}, timeouts=self.timeouts))
-        chunks = stream_generate(self.session, slot=decode.slot, url=decode.endpoint, body=pd_body,
-                                 timeouts=self.timeouts).__aiter__()
+        prefill_call = asyncio.ensure_future(self.transport.post_json(
+            slot=prefill.slot, url=prefill.endpoint, path="/generate", body={**pd_body, "stream": False}))
+        chunks = self.transport.stream_generate(slot=decode.slot, url=decode.endpoint, body=pd_body).__aiter__()
         next_chunk = asyncio.ensure_future(chunks.__anext__())
         try:
             while True:
@@ -264,9 +259,9 @@ class Dispatcher:
         except WorkerError as e:
             if e.worker_id == str(prefill.slot):
                 # The decode would wait for KV that never comes: free it now, never hang.
-                await abort(self.session, url=decode.endpoint, rid=body["rid"], timeouts=self.timeouts)
+                await self.transport.abort(url=decode.endpoint, rid=body["rid"])
             else:
-                await abort(self.session, url=prefill.endpoint, rid=body["rid"], timeouts=self.timeouts)
+                await self.transport.abort(url=prefill.endpoint, rid=body["rid"])
             raise
         finally:
             for task in (next_chunk, prefill_call):

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang import fastjson
 from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerUnavailable,
@@ -76,7 +77,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
         results = await asyncio.gather(*(_last(r) for r in runs))
-        return web.json_response(results if call.is_batch else results[0])
+        return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
+                            content_type="application/json")
     except WorkerRejected as e:
         return _rejected(e)
     finally:

@@ -3,13 +3,17 @@
 Every ``/generate`` goes to workers as a stream, even when the client asked for one JSON
 reply: the router then holds every token the worker reported, so a worker that dies
 without answering (SGLang's scheduler can crash) loses nothing already generated.
+
+The dispatcher reaches workers through a ``WorkerTransport``: ``HttpTransport`` for real
+servers; the benchmark harness plugs in emulated workers that run in its own process
+(``pearl_sglang.emulator.direct``).
 """
 from __future__ import annotations
 
 import asyncio
 import json
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable, Protocol
 
 import aiohttp
 
@@ -104,3 +108,31 @@ async def abort(session: aiohttp.ClientSession, *, url: str, rid: str, timeouts:
             return resp.status == 200
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
         return False
+
+
+class WorkerTransport(Protocol):
+    """The three calls the dispatcher makes to a worker, with the failures above."""
+
+    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any: ...
+
+    async def abort(self, *, url: str, rid: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class HttpTransport:
+    session: aiohttp.ClientSession
+    timeouts: Timeouts
+
+    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        return stream_generate(self.session, slot=slot, url=url, body=body, timeouts=self.timeouts)
+
+    async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
+        return await post_json(self.session, slot=slot, url=url, path=path, body=body, timeouts=self.timeouts)
+
+    async def abort(self, *, url: str, rid: str) -> bool:
+        return await abort(self.session, url=url, rid=rid, timeouts=self.timeouts)
+
+
+TransportFactory = Callable[[aiohttp.ClientSession, Timeouts], WorkerTransport]

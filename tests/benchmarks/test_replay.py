@@ -3,6 +3,7 @@ virtual time finish training steps in a few real seconds."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -35,6 +36,22 @@ def test_tiny_replay_finishes_steps_quickly(name):
         assert result["trace"]["targets"], "rlboost follows the preemptible trace"
         assert not any(s["borrowing"] for s in result["steps"])
         assert all(set(s["roles"]) <= {"C"} for s in result["steps"])
+
+
+@pytest.mark.parametrize("pd_mode", ["auto", "disaggregated"])
+def test_worker_transports_replay_the_same_steps(pd_mode):
+    """The harness's in-process generation calls change its CPU cost, not its results:
+    virtual time, every step's tokens and topology match a replay over loopback HTTP."""
+    config = ReplayConfig(system="pearl", segment=1, minutes=4, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 4, "turns_max": 6}, pd_mode=pd_mode)
+    runs = {t: replay(replace(config, worker_transport=t)) for t in ("in-process", "http")}
+    fields = ("step", "end_s", "generated_tokens", "training_tokens", "turns", "topology", "borrowing", "errors")
+    steps = {t: [{k: s[k] for k in fields} for s in r["steps"]] for t, r in runs.items()}
+    assert steps["in-process"] and steps["in-process"] == steps["http"]
+    if pd_mode == "disaggregated":  # the prefill's one-document call went in-process too
+        assert all(set(s["topology"]) & {"P"} for s in runs["in-process"]["steps"]), steps
+    assert runs["in-process"]["run"]["virtual_s"] == runs["http"]["run"]["virtual_s"]
+    assert runs["in-process"]["summary"] == runs["http"]["summary"]
 
 
 def test_systems_map_to_cluster_configs(tmp_path):

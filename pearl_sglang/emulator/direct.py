@@ -1,0 +1,89 @@
+"""The router's worker transport for emulated workers in the same process.
+
+The benchmark harness replays hundreds of thousands of turns; over loopback HTTP, JSON
+and aiohttp on both sides of the router-to-worker hop cost about a fifth of a replay's
+CPU.  ``InProcessTransport`` gives the router's dispatcher the same request bodies'
+effect without that hop: the body goes through the emulator's own ``/generate`` parser
+into its engine, and the router gets the chunk dicts the HTTP handler would have sent,
+with the same typed failures.  Everything else the router and control plane say to the
+workers (aborts by other paths, drains, weight updates, memory, KV bootstrap, health
+probes) still goes over HTTP to the same servers.
+
+A worker stopped mid-stream ends the stream with ``WorkerUnavailable``, as the closed
+connection of an HTTP stream does.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Callable
+
+from pearl_sglang import fastjson
+from pearl_sglang.emulator.http_generate import Run, RunClosed, chunk_body, error_body, stream_intervals
+from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
+from pearl_sglang.emulator.request import RequestRejected
+from pearl_sglang.emulator.server import Worker
+from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
+
+WorkerResolver = Callable[[str], "Worker | None"]
+
+
+def _rejection(slot: int, status: int, body: Any) -> Exception:
+    """The failure ``worker_client`` raises for this HTTP status and body."""
+    if 400 <= status < 500 and status not in (408, 429):
+        return WorkerRejected(str(slot), status, fastjson.dumps(body), "application/json")
+    return WorkerFailed(str(slot), f"HTTP {status}: {body!r}"[:200])
+
+
+class InProcessTransport:
+    """``WorkerTransport`` over the emulated workers that ``resolve`` finds by endpoint."""
+
+    def __init__(self, resolve: WorkerResolver) -> None:
+        self.resolve = resolve
+
+    def _open(self, slot: int, url: str, body: Any, *, stream: bool) -> tuple[Worker, ParsedGenerate, Run]:
+        worker = self.resolve(url)
+        if worker is None or worker.closed:
+            raise WorkerUnavailable(str(slot), f"no emulated worker at {url}")
+        try:
+            parsed = parse_generate({**body, "stream": stream}, worker.codec)
+            return worker, parsed, Run(worker, parsed.items, stream)
+        except BadRequest as e:
+            raise _rejection(slot, e.status, e.body) from e
+        except RequestRejected as e:
+            raise _rejection(slot, e.status, error_body(e.status, e.message)) from e
+
+    async def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        worker, parsed, run = self._open(slot, url, body, stream=True)
+        worker.direct_runs.add(run)
+        try:
+            async for i, final in run.updates(stream_intervals(worker, parsed)):
+                yield chunk_body(run, parsed, i, final)
+        except RunClosed:
+            raise WorkerUnavailable(str(slot), "stream broke: the worker stopped") from None
+        finally:
+            worker.direct_runs.discard(run)
+            run.abort()
+
+    async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
+        if path != "/generate":
+            raise ValueError(f"the in-process transport serves /generate only, not {path}")
+        worker, parsed, run = self._open(slot, url, body, stream=False)
+        worker.direct_runs.add(run)
+        try:
+            await run.wait_all()
+        except RunClosed:
+            raise WorkerUnavailable(str(slot), "/generate failed: the worker stopped") from None
+        finally:
+            worker.direct_runs.discard(run)
+            run.abort()
+        failed = run.failed_status()
+        if failed is not None:
+            raise _rejection(slot, failed[0], error_body(*failed))
+        bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
+        return bodies if parsed.is_batch else bodies[0]
+
+    async def abort(self, *, url: str, rid: str) -> bool:
+        worker = self.resolve(url)
+        if worker is None or worker.closed:
+            return False
+        worker.engine.abort(rid)
+        return True

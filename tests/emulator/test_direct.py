@@ -1,0 +1,101 @@
+"""The in-process worker transport against the HTTP one, on the same emulated workers."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from pearl_sglang.control.cluster_config import EngineConfig
+from pearl_sglang.control.launchers import LaunchSpec
+from pearl_sglang.emulator.direct import InProcessTransport
+from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.router.errors import WorkerRejected, WorkerUnavailable
+from pearl_sglang.router.worker_client import HttpTransport, Timeouts
+
+pytestmark = pytest.mark.asyncio
+FAST = ("--time-scale", "20", "--disable-radix-cache")
+
+
+def _comparable(chunk: dict) -> dict:
+    """A chunk without what depends on when it was made."""
+    meta = {k: v for k, v in chunk["meta_info"].items() if k not in ("id", "e2e_latency")}
+    return {**chunk, "meta_info": meta}
+
+
+async def _chunks(transport, url: str, body: dict) -> list[dict]:
+    return [c async for c in transport.stream_generate(slot=0, url=url, body=body)]
+
+
+async def test_streams_match_http_chunk_for_chunk(model_dir, emu) -> None:
+    async with emu("--model-path", str(model_dir), *FAST) as (url, worker), aiohttp.ClientSession() as session:
+        http, direct = HttpTransport(session, Timeouts()), InProcessTransport({url: worker}.get)
+        body = {"input_ids": list(range(300, 340)),
+                "sampling_params": {"max_new_tokens": 40, "ignore_eos": True, "stream_interval": 8}}
+        over_http = await _chunks(http, url, {**body, "rid": "h"})
+        in_process = await _chunks(direct, url, {**body, "rid": "d"})
+        # How many tokens a chunk holds depends on when the engine ran (real time here);
+        # what each holds does not.
+        final = in_process[-1]
+        assert _comparable(final) == _comparable(over_http[-1])
+        assert final["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
+        sizes = [len(c["output_ids"]) for c in in_process]
+        assert len(sizes) >= 2 and all(b - a >= 8 for a, b in zip(sizes, sizes[1:-1]))
+        for chunk in in_process:
+            n = len(chunk["output_ids"])
+            assert chunk["output_ids"] == final["output_ids"][:n] and chunk["meta_info"]["completion_tokens"] == n
+        # The non-streaming call a PD prefill gets: the final chunk as one document.
+        one = await direct.post_json(slot=0, url=url, path="/generate", body={**body, "rid": "p"})
+        assert _comparable(one) == _comparable(over_http[-1])
+        assert not worker.direct_runs and not worker.engine.sched.running
+
+
+async def test_bad_input_is_the_same_rejection(model_dir, emu) -> None:
+    async with emu("--model-path", str(model_dir), *FAST) as (url, worker), aiohttp.ClientSession() as session:
+        http, direct = HttpTransport(session, Timeouts()), InProcessTransport({url: worker}.get)
+        body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "bogus": 1}}
+        rejections = []
+        for transport in (http, direct):
+            with pytest.raises(WorkerRejected) as e:
+                await _chunks(transport, url, body)
+            rejections.append((e.value.status, json.loads(e.value.body)))
+        assert rejections[0] == rejections[1] and rejections[0][0] == 400
+        assert "unknown field `bogus`" in rejections[1][1]["error"]
+        with pytest.raises(ValueError, match="/generate only"):
+            await direct.post_json(slot=0, url=url, path="/flush_cache", body=None)
+        with pytest.raises(WorkerUnavailable):
+            await _chunks(direct, "http://127.0.0.1:1", body)
+
+
+async def test_a_stopped_worker_breaks_its_streams_and_aborts_them(model_dir) -> None:
+    launcher = InProcessEmulatorLauncher(EngineConfig(
+        model_path=str(model_dir), emulator={"profile": "tiny", "time_scale": 1, "cold_start": 0}))
+    launched = await launcher.launch(LaunchSpec(slot=3, gpus=("d0:0",), role=LaunchRole.COLOCATED))
+    worker = launcher.worker(3)
+    direct = InProcessTransport(launcher.worker_at)
+    body = {"input_ids": list(range(300, 340)), "rid": "long",
+            "sampling_params": {"max_new_tokens": 4000, "ignore_eos": True, "stream_interval": 4}}
+    got: list[dict] = []
+
+    async def consume() -> None:
+        async for chunk in direct.stream_generate(slot=3, url=launched.endpoint, body=body):
+            got.append(chunk)
+            if len(got) == 2:
+                stopping.set()
+
+    stopping = asyncio.Event()
+    task = asyncio.ensure_future(consume())
+    try:
+        await asyncio.wait_for(stopping.wait(), 30)
+        await launcher.stop(3)
+        with pytest.raises(WorkerUnavailable, match="worker stopped"):
+            await asyncio.wait_for(task, 30)
+    finally:
+        task.cancel()
+        await launcher.stop_all()
+    assert len(got[-1]["output_ids"]) >= 8          # the partial output the router keeps
+    assert launcher.worker_at(launched.endpoint) is None and not worker.direct_runs
+    assert not worker.engine.sched.running           # the request was aborted, not left running
+    assert await direct.abort(url=launched.endpoint, rid="long") is False
