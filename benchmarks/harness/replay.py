@@ -8,7 +8,7 @@ loopback.  Emulated: the workers (``pearl_sglang.emulator`` in this process), th
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
 workers in-process (``emulator.direct``; ``--worker-transport http`` sends them over
-loopback HTTP too, for ~25% more CPU and the same results); its control calls use HTTP.
+loopback HTTP too, for ~1.3x the CPU and the same results); its control calls use HTTP.
 
     .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
         [--model qwen3-8b] [--minutes 120] [--batch-size 64 --group-size 16] [--out FILE.json]
