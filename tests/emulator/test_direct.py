@@ -29,7 +29,7 @@ async def _chunks(transport, url: str, body: dict) -> list[dict]:
     return [c async for c in transport.stream_generate(slot=0, url=url, body=body)]
 
 
-async def test_streams_match_http_chunk_for_chunk(model_dir, emu) -> None:
+async def test_streams_and_one_document_answers_match_http(model_dir, emu) -> None:
     async with emu("--model-path", str(model_dir), *FAST) as (url, worker), aiohttp.ClientSession() as session:
         http, direct = HttpTransport(session, Timeouts()), InProcessTransport({url: worker}.get)
         body = {"input_ids": list(range(300, 340)),
