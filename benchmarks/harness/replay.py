@@ -3,8 +3,8 @@ in-process emulated workers, on a virtual clock.
 
 Real code: the router (dispatch, migration, telemetry), the control plane (decision
 engine, planner, orchestrator, executors, borrowing gate), the RL driver
-(``AgenticRLDriver`` with its admin hooks) and the trace replayer, all talking HTTP over
-loopback.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
+(``AgenticRLDriver`` with its admin hooks) and the trace replayer, talking to the router
+over loopback HTTP.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
 workers in-process (``emulator.direct``; ``--worker-transport http`` sends them over
