@@ -20,16 +20,14 @@ from pearl_sglang.emulator.http_generate import Run, RunClosed, chunk_body, erro
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.request import RequestRejected
 from pearl_sglang.emulator.server import Worker
-from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
+from pearl_sglang.router.errors import WorkerUnavailable
+from pearl_sglang.router.worker_client import status_error
 
 WorkerResolver = Callable[[str], "Worker | None"]
 
 
 def _rejection(slot: int, status: int, body: Any) -> Exception:
-    """The failure ``worker_client`` raises for this HTTP status and body."""
-    if 400 <= status < 500 and status not in (408, 429):
-        return WorkerRejected(str(slot), status, fastjson.dumps(body), "application/json")
-    return WorkerFailed(str(slot), f"HTTP {status}: {body!r}"[:200])
+    return status_error(str(slot), status, fastjson.dumps(body))
 
 
 class InProcessTransport:

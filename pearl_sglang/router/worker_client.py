@@ -35,13 +35,18 @@ def _id(slot: int | str) -> str:
     return str(slot)
 
 
+def status_error(worker: str, status: int, data: bytes, content_type: str = "application/json") -> Exception:
+    """A worker's error answer as a typed failure: the client's own fault (4xx, except a
+    timeout or throttling, which are retried elsewhere) is passed on, the rest is the worker's."""
+    if 400 <= status < 500 and status not in (408, 429):
+        return WorkerRejected(worker, status, data, content_type)
+    return WorkerFailed(worker, f"HTTP {status}: {data[:200]!r}")
+
+
 async def _raise_for_status(resp: aiohttp.ClientResponse, worker: str) -> None:
     if resp.status < 400:
         return
-    data = await resp.read()
-    if 400 <= resp.status < 500 and resp.status not in (408, 429):
-        raise WorkerRejected(worker, resp.status, data, resp.headers.get("Content-Type", "application/json"))
-    raise WorkerFailed(worker, f"HTTP {resp.status}: {data[:200]!r}")
+    raise status_error(worker, resp.status, await resp.read(), resp.headers.get("Content-Type", "application/json"))
 
 
 def _error_event(worker: str, event: dict[str, Any]) -> Exception:
