@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable
 
 from pearl_sglang import fastjson
-from pearl_sglang.emulator.http_generate import Run, RunClosed, chunk_body, error_body, stream_intervals
+from pearl_sglang.emulator.http_generate import (
+    Run, RunClosed, chunk_body, error_body, final_answer, stream_intervals,
+)
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.request import RequestRejected
 from pearl_sglang.emulator.server import Worker
@@ -72,11 +74,10 @@ class InProcessTransport:
         finally:
             worker.direct_runs.discard(run)
             run.abort()
-        failed = run.failed_status()
-        if failed is not None:
-            raise _rejection(slot, failed[0], error_body(*failed))
-        bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
-        return bodies if parsed.is_batch else bodies[0]
+        status, answer = final_answer(run, parsed)
+        if status != 200:
+            raise _rejection(slot, status, answer)
+        return answer
 
     async def abort(self, *, url: str, rid: str) -> bool:
         worker = self.resolve(url)

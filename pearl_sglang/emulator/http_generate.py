@@ -196,6 +196,15 @@ def stream_intervals(worker: Worker, parsed: ParsedGenerate) -> list[int]:
     return [r.sampling.stream_interval or worker.args.stream_interval for r in parsed.items]
 
 
+def final_answer(run: Run, parsed: ParsedGenerate) -> tuple[int, Any]:
+    """The HTTP status and JSON document of a finished non-streaming run."""
+    failed = run.failed_status()
+    if failed is not None:
+        return failed[0], error_body(*failed)
+    bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
+    return 200, bodies if parsed.is_batch else bodies[0]
+
+
 def chunk_body(run: Run, parsed: ParsedGenerate, i: int, final: bool) -> dict:
     body = run.body(i, final=final)
     if parsed.is_batch:
@@ -209,11 +218,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
     run = Run(worker, parsed.items, parsed.stream)
     if not parsed.stream:
         await run.wait_all()
-        failed = run.failed_status()
-        if failed is not None:
-            return error_response(*failed)
-        bodies = [run.body(i, final=True) for i in range(len(parsed.items))]
-        return web.json_response(bodies if parsed.is_batch else bodies[0])
+        status, answer = final_answer(run, parsed)
+        return web.json_response(answer, status=status)
     resp = await _start_sse(request)
     await run.stream(resp, stream_intervals(worker, parsed),
                      lambda i, final: [_sse(chunk_body(run, parsed, i, final))])
