@@ -47,6 +47,9 @@ class WorkerOps:
             raise WorkerOpError(url, path, str(out.get("message")))
         return out
 
+    async def health(self, url: str, *, timeout_s: float | None = None) -> None:
+        await self._call(url, "GET", "/health", timeout_s=timeout_s)
+
     async def model_info(self, url: str) -> dict[str, Any]:
         return await self._call(url, "GET", "/model_info")
 

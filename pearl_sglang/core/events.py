@@ -9,6 +9,7 @@ worker and a new decode worker only form a servable topology side by side.
 Lifecycle of a rollout worker::
 
     (empty slot) --BeginPlan add--> JOINING --WorkerReady--> ACTIVE
+    (empty slot) --WorkerRegistered--> ACTIVE (started outside PEARL; held while unpaired)
     ACTIVE --BeginPlan switch--> SWITCHING --RoleSwitched--> ACTIVE (new role)
     ACTIVE/JOINING/SWITCHING --BeginPlan remove, GpusLeave, TrainBegin--> LEAVING
     LEAVING --WorkerLeft--> empty slot (dedicated) or INACTIVE (overlap: process kept)
@@ -84,13 +85,26 @@ class WorkerFailed:
 
 
 @dataclass(frozen=True)
+class WorkerRegistered:
+    """A worker started outside PEARL (an RL framework's engine) joins on its own GPUs,
+    already healthy and on the current weights. Its GPUs are opaque ids it brings along."""
+
+    slot: int
+    gpus: tuple[str, ...]
+    role: Role
+    endpoint: str
+    bootstrap_port: int | None = None
+    weight_version: str | None = None
+
+
+@dataclass(frozen=True)
 class WeightsUpdated:
     slots: tuple[int, ...]
     version: str
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              WorkerLeft, WorkerFailed, WeightsUpdated]
+              WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
@@ -143,6 +157,8 @@ def _step(t: StateTable, e: Event) -> StateTable:
         if not w.is_rollout:
             raise InvalidTransition(f"slot {w.slot} is a training worker; training failures are not rollout events")
         return _settle_return(t.drop(w.slot))
+    if isinstance(e, WorkerRegistered):
+        return _register(t, e)
     if isinstance(e, WeightsUpdated):
         for slot in e.slots:
             w = t.worker(slot)
@@ -246,6 +262,27 @@ def _plan_add(t: StateTable, add: WorkerAdd) -> StateTable:
     if not set(add.gpus) <= zone_gpus or set(add.gpus) & t.bound_gpus():
         raise InvalidTransition(f"plan adds slot {add.slot} on unavailable GPUs {list(add.gpus)}", key="add")
     return t.put(WorkerRecord(add.slot, add.gpus, add.zone, add.role, Activity.JOINING))
+
+
+def _register(t: StateTable, e: WorkerRegistered) -> StateTable:
+    """Admit a registered worker. A lone prefill (or decode) worker is held until its
+    counterpart registers; then both, and any other held ones, serve together."""
+    if e.role is Role.TRAINING:
+        raise InvalidTransition("a registered worker serves rollout, not training", key="role")
+    if t.has(e.slot):
+        raise InvalidTransition(f"slot {e.slot} is taken", key="slot")
+    clash = sorted(set(e.gpus) & (t.dedicated_gpus | t.overlap_gpus))
+    if clash:
+        raise InvalidTransition(f"GPUs already known: {clash}", key="gpus")
+    t = replace(t, dedicated_gpus=t.dedicated_gpus | frozenset(e.gpus))
+    t = t.put(WorkerRecord(e.slot, e.gpus, Zone.DEDICATED, e.role, Activity.ACTIVE, endpoint=e.endpoint,
+                           bootstrap_port=e.bootstrap_port, weight_version=e.weight_version))
+    held = [w for w in t.rollout_workers() if w.held]
+    roles = {w.role for w in t.active()} | {w.role for w in held}
+    if Role.PREFILL in roles and Role.DECODE in roles:
+        for w in held:
+            t = t.put(replace(w, activity=Activity.ACTIVE, pending_role=None))
+    return _hold_orphans(t)
 
 
 def _hold_orphans(t: StateTable) -> StateTable:

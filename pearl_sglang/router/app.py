@@ -18,14 +18,16 @@ from pearl_sglang.control.executor import PlanExecutor
 from pearl_sglang.control.launchers import Launcher, LocalLauncher
 from pearl_sglang.control.orchestrator import Orchestrator
 from pearl_sglang.control.persistence import StateFile
+from pearl_sglang.control.registration import Registrar
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.router import admin_routes, inference_routes
+from pearl_sglang.router import admin_routes, inference_routes, worker_api
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
+from pearl_sglang.router.drain import migrate_off, wait_drained
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
 from pearl_sglang.router.inflight import InFlightRegistry
 from pearl_sglang.router.metrics import RouterMetrics
@@ -48,6 +50,8 @@ def access_class(request: web.Request) -> str:
         return PUBLIC
     if path.startswith(ADMIN_PREFIXES):
         return ADMIN
+    if path.startswith(worker_api.PATHS) and request.app[ROUTER].config.security.admin_token:
+        return ADMIN  # without an admin token, open like sglang-router's (API key if set)
     return INFERENCE
 
 
@@ -120,6 +124,20 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
     return ctx
 
 
+def _registrar(app: web.Application) -> Registrar:
+    """Registered workers sync to the control plane's latest snapshot (none in attach
+    mode) and drain through the dispatcher's migration."""
+    st = app[ROUTER]
+
+    async def drain(slot: int, timeout_s: float) -> bool:
+        await migrate_off(st, slot)
+        return await wait_drained(st, slot, timeout_s)
+
+    return Registrar(store=st.store, ops=WorkerOps(st.session),
+                     snapshot=lambda: st.control.snapshot if st.control is not None else None,
+                     drain=drain, config=st.config.registration)
+
+
 def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> Launcher:
     """Processes on this host, or Ray actors; with a state dir, workers outlive a crashed
     router so that the restarted one can adopt them."""
@@ -164,7 +182,9 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
     app.cleanup_ctx.append(session_ctx)
     if cluster is not None:
         app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory))
+    app.cleanup_ctx.append(worker_api.worker_api_ctx(_registrar))
     add_control_routes(app)
+    worker_api.add_worker_routes(app)
     r = app.router
     r.add_post("/generate", inference_routes.generate)
     r.add_put("/generate", inference_routes.generate)

@@ -6,6 +6,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 
+from pearl_sglang.control.registration import RegistrationConfig
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.worker_client import Timeouts
@@ -61,6 +62,7 @@ class RouterConfig:
     limits: Limits = field(default_factory=Limits)
     timeouts: Timeouts = field(default_factory=Timeouts)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    registration: RegistrationConfig = field(default_factory=RegistrationConfig)
     admission_max_waiting: int = 10000
     admission_wait_s: float = 60.0
     health_interval_s: float = 10.0
@@ -75,6 +77,7 @@ class RouterConfig:
         self.attached.validate()
         self.limits.validate()
         self.dispatch.validate()
+        self.registration.validate()
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -101,7 +104,12 @@ class RouterConfig:
                             default=DispatchConfig.internal_stream_interval)
         parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s)
         parser.add_argument("--admission-wait-s", type=float, default=60.0)
-        parser.add_argument("--health-interval-s", type=float, default=10.0)
+        parser.add_argument("--health-interval-s", type=float, default=10.0,
+                            help="probe period of active workers; a worker added through the worker "
+                                 "API is polled at most this often until healthy")
+        parser.add_argument("--worker-startup-timeout-secs", type=float,
+                            default=RegistrationConfig.startup_timeout_s,
+                            help="how long a worker added through the worker API may take to turn healthy")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -123,4 +131,6 @@ class RouterConfig:
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
+            registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
+                                            poll_interval_s=min(1.0, args.health_interval_s)),
         )
