@@ -34,6 +34,7 @@ setup(
     package_data={"pearl_sglang": ["emulator/profiles/*.json", "data/*"]},
     install_requires=[
         "aiohttp>=3.9",
+        "numpy>=1.26",  # the emulator's token model and the workload generator
         "orjson>=3.9",
         "prometheus-client>=0.20",
         "pyyaml>=6.0",

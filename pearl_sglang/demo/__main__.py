@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -90,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         config = DemoConfig.from_cli_args(parser.parse_args(argv))
     except ValueError as e:
         parser.error(str(e))
+    if importlib.util.find_spec("matplotlib") is None:  # before an hour of emulation, not after
+        print("error: the demo draws throughput.png with matplotlib, which the base install lacks: "
+              "pip install 'pearl-sglang[demo]'", file=sys.stderr)
+        return 2
     loop = asyncio.new_event_loop()
     main_task = loop.create_task(run(config))
     for sig in (signal.SIGINT, signal.SIGTERM):
