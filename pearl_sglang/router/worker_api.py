@@ -218,7 +218,14 @@ async def create_worker(request: web.Request) -> web.Response:
 
 
 def _worker_id(request: web.Request) -> str:
+    """A UUID, or (as earlier sglang-router releases took, and ROLL v0.3.0 sends) the
+    worker's URL, percent-encoded."""
     raw = request.match_info["worker_id"]
+    if raw.startswith(("http://", "https://")):
+        api = _api(request)
+        if normalize(raw) in api.ids:
+            return api.ids[normalize(raw)]
+        raise _not_found(raw)
     try:
         return str(uuid.UUID(raw))
     except ValueError as e:

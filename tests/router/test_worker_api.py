@@ -209,3 +209,19 @@ async def test_registered_worker_is_synced_to_the_latest_snapshot_before_admissi
                 pass
             else:
                 raise AssertionError("an unreachable worker was admitted")
+
+
+async def test_workers_can_be_named_by_their_encoded_url():
+    from urllib.parse import quote
+
+    async with emulator(*FAST) as (u0, _), emulator(*FAST) as (u1, _):
+        async with running_router(regular=[u0, u1], config=_config()) as (base, app, store):
+            async with httpx.AsyncClient(timeout=30) as c:
+                r = await c.get(f"{base}/workers/{quote(u1, safe='')}")
+                assert r.status_code == 200 and r.json()["url"] == u1
+                r = await c.delete(f"{base}/workers/{quote(u1, safe='')}")
+                assert r.status_code == 202
+                await _job_done(c, base, r.json()["worker_id"])
+                assert [w.endpoint for w in store.table.rollout_workers()] == [u0]
+                r = await c.delete(f"{base}/workers/{quote('http://127.0.0.1:1', safe='')}")
+                assert r.status_code == 404
