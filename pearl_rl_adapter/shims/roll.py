@@ -20,7 +20,12 @@ Verified against ROLL **v0.3.0** (alibaba/ROLL tag ``v0.3.0``, commit
 Weights: ROLL has no HF export for rollouts; ``export_weights(pipeline, global_step) ->
 path`` comes from the user (``PEARL_EXPORT_WEIGHTS=package.module:function`` for the
 YAML route). Rollout: ROLL v0.3.0 has no setting for an external router (it always
-builds ``actor_infer`` and its ``RouterManager``), so its rollouts are not redirected.
+builds ``actor_infer`` and its ``RouterManager``). With ``router.router_cls`` set to its
+``SglangRouter``, ``patch_sglang_router`` (applied in the process that builds the router)
+makes it use PEARL instead of launching sglang-router: ROLL's engines are registered with
+PEARL (``POST /workers``, as ROLL does on expand), ROLL waits for them as it does
+(``GET /workers``), and its aborts by rid go to PEARL rather than to every worker
+(``router.py:740``), which PEARL would take for lost workers and resubmit.
 """
 from __future__ import annotations
 
@@ -120,6 +125,55 @@ def hooks_from_env(pipeline_config: Any) -> RollHooks:
     if export is None:
         log.warning("%s is not set: PEARL brackets steps but receives no weights", EXPORT_ENV)
     return RollHooks(PearlClient(), export_weights=load_function(export) if export else None)
+
+
+def patch_sglang_router(cls: type, *, router_url: str, wait_workflow: Callable[[str, Any], Any],
+                        token: str | None = None) -> Callable[[], None]:
+    """Patch ROLL's ``SglangRouter`` (or a stand-in with its methods) to use the PEARL at
+    ``router_url``; ``wait_workflow`` is ROLL's ``wait_sglang_router_workflow``. Returns a
+    function that undoes the patch."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from pearl_rl_adapter.shims.router_abort import abort_through_router
+
+    parts = urlsplit(router_url)
+    saved = {name: cls.__dict__.get(name) for name in ("initialize", "abort_requests")}
+
+    async def initialize(self: Any) -> None:
+        import httpx
+
+        self.router_ip, self.router_port = parts.hostname, parts.port
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None), headers=headers)
+        self.worker_urls = await asyncio.gather(*[worker.get_url.remote() for worker in self.workers])
+        self.router_process = None
+        await self.post_workers(self.worker_urls)
+        await wait_workflow(router_url.rstrip("/"), self.worker_urls)
+
+    async def abort_requests(self: Any, request_ids: Any, uid: Any) -> None:
+        await abort_through_router(router_url, rids=[str(r) for r in request_ids], api_key=token)
+
+    cls.initialize, cls.abort_requests = initialize, abort_requests
+
+    def restore() -> None:
+        for name, fn in saved.items():
+            if fn is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, fn)
+
+    return restore
+
+
+def install_router(client: PearlClient | None = None) -> Callable[[], None]:
+    """Make ROLL's ``SglangRouter`` use PEARL in this process."""
+    from roll.distributed.scheduler import router as roll_router
+
+    cfg = (client or PearlClient()).config
+    return patch_sglang_router(roll_router.SglangRouter, router_url=cfg.root,
+                               wait_workflow=roll_router.wait_sglang_router_workflow,
+                               token=cfg.admin_token or cfg.api_key)
 
 
 # ---- glue: the only code that imports ROLL -------------------------------------------------

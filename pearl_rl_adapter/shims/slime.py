@@ -18,7 +18,17 @@ Verified against slime **v0.3.1** (THUDM/slime tag ``v0.3.1``, commit
   (``_start_router`` launches none); ``--rollout-num-gpus 0`` starts no local engines.
 
 Run ``python -m pearl_rl_adapter.shims.slime train_async.py <slime flags> $(router_args)``
-or call ``launch()``. slime's ``abort()`` calls ``GET /workers`` on the router.
+or call ``launch()``.
+
+End of rollout: slime's ``abort()`` (``slime/rollout/sglang_rollout.py:337``) lists the
+router's workers (``GET /workers``, line 344) and aborts every one of them directly
+(``abort_servers_until_idle``: ``POST /abort_request {"abort_all": true}`` per worker, then
+``GET /v1/loads?include=core`` until idle, ``server_control.py:34,40``). Behind PEARL a
+worker-side abort that PEARL did not order looks like a lost worker: PEARL resubmits the
+request elsewhere with its partial output, so slime's requests would not come back aborted
+and its idle check would keep finding them. ``install()`` therefore replaces
+``abort_servers_until_idle`` with one abort sent to PEARL (``abort_through_router``), which
+ends every in-flight request and returns its partial output, as slime expects.
 """
 from __future__ import annotations
 
@@ -32,6 +42,7 @@ from urllib.parse import urlsplit
 from pearl_rl_adapter.client import PearlClient
 from pearl_rl_adapter.results import WeightsUpdated
 from pearl_rl_adapter.shims._common import StepBracket, WeightDirs, push_from_disk
+from pearl_rl_adapter.shims.router_abort import abort_through_router
 
 VERIFIED_VERSION = "slime v0.3.1 (a6272da0d4f3d0a08520c99a2f3b4f6c887960dc)"
 INIT_PATH = "pearl_rl_adapter.shims.slime.megatron_init"
@@ -159,14 +170,34 @@ def patch_megatron_actor(cls: type) -> Callable[[], None]:
     return _replace(cls, {"update_weights": functools.wraps(original)(lambda self: write_weights(self))})
 
 
+def patch_rollout_abort(module: Any, router_url: str, *, api_key: str | None = None) -> Callable[[], None]:
+    """Make ``module.abort_servers_until_idle(urls)`` (slime's, as imported by its rollout
+    module) abort through PEARL; returns a function that undoes the patch."""
+    original = module.abort_servers_until_idle
+
+    async def abort_servers_until_idle(urls: list[str]) -> None:
+        count = await abort_through_router(router_url, api_key=api_key)
+        log.info("aborted %d in-flight requests at PEARL (instead of %d workers directly)", count, len(urls))
+
+    module.abort_servers_until_idle = abort_servers_until_idle
+
+    def restore() -> None:
+        module.abort_servers_until_idle = original
+
+    return restore
+
+
 # ---- glue: the only code that imports slime ---------------------------------------------
 
 def install(client: PearlClient | None = None, *, keep_weight_dirs: bool = False) -> SlimeHooks:
     """Patch slime's driver; call before slime's ``train(args)`` runs."""
+    import slime.rollout.sglang_rollout as rollout
     from slime.ray.actor_group import RayTrainGroup
 
     hooks = SlimeHooks(client or PearlClient(), keep_weight_dirs=keep_weight_dirs)
     patch_train_group(RayTrainGroup, hooks)
+    cfg = hooks.client.config
+    patch_rollout_abort(rollout, cfg.root, api_key=cfg.api_key or cfg.admin_token)
     return hooks
 
 
