@@ -8,6 +8,7 @@ Attach mode (pre-launched workers, routing only), like sglang-router::
 
     python -m pearl_sglang.router --worker-urls http://w1:30000 http://w2:30000
     python -m pearl_sglang.router --prefill http://p1:30000 8998 --decode http://d1:30001
+    python -m pearl_sglang.router      # none yet: engines register through POST /workers
 
 ``--policy static`` keeps a launched cluster colocated and never borrows training GPUs
 (the fixed-deployment baseline); ``--policy pearl`` lets the decision engine and the
@@ -55,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                 cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
-        elif a.regular or a.prefill:
-            table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
         else:
-            raise ValueError("no workers: give --config, --worker-urls, or --prefill and --decode")
+            # Attach mode; with no workers given, engines register through the worker API
+            # (POST /workers), as RL frameworks do with sglang-router.
+            table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -225,3 +225,35 @@ async def test_workers_can_be_named_by_their_encoded_url():
                 assert [w.endpoint for w in store.table.rollout_workers()] == [u0]
                 r = await c.delete(f"{base}/workers/{quote('http://127.0.0.1:1', safe='')}")
                 assert r.status_code == 404
+
+
+async def test_router_started_without_workers_serves_engines_that_register(tmp_path):
+    """``python -m pearl_sglang.router`` with no workers, as frameworks start sglang-router."""
+    import os
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pearl_sglang.router", "--port", str(port),
+                             "--log-level", "WARNING"], env=dict(os.environ), stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with emulator(*FAST) as (u0, _), httpx.AsyncClient(timeout=30) as c:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while True:
+                try:
+                    if (await c.get(base + "/workers")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                assert loop.time() < deadline
+                await asyncio.sleep(0.2)
+            r = await c.post(f"{base}/add_worker", params={"url": u0})
+            assert r.status_code == 200, r.text
+            out = (await c.post(base + "/generate", json=_gen(5))).json()
+            assert len(out["output_ids"]) == 5
+    finally:
+        proc.terminate()
+        proc.wait(20)
