@@ -26,10 +26,13 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.launchers import Launcher, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
+from pearl_sglang.control.registration import is_registered
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
-from pearl_sglang.core.events import Event, RoleSwitched, WorkerFailed, WorkerLeft, WorkerReady
+from pearl_sglang.core.events import (
+    Event, RoleSwitched, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
+)
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.state import Activity, Role, Zone
 from pearl_sglang.engine.launch_args import LaunchRole
@@ -78,7 +81,8 @@ class PlanExecutor:
         return drained
 
     async def kill(self, slot: int) -> None:
-        if self.launcher is not None:
+        table = self.store.table
+        if self.launcher is not None and not (table.has(slot) and is_registered(table.worker(slot))):
             await self.launcher.stop(slot)
 
     async def deactivate(self, slot: int, operation: str) -> Event:
@@ -95,6 +99,9 @@ class PlanExecutor:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
                     await self.kill(slot)
                     return WorkerFailed(slot)
+            if is_registered(w):
+                # The framework owns the process: it leaves PEARL, GPU ids and all.
+                return WorkerUnregistered(slot)
             await self.kill(slot)
             return WorkerLeft(slot)
 
@@ -113,9 +120,9 @@ class PlanExecutor:
             if await self._actual_role(url) is not role:
                 raise ActivationFailed(f"slot {slot} still is {current.value} after /pd_role_switch")
             return url, w.bootstrap_port
-        if self.launcher is None:
+        if self.launcher is None or is_registered(w):
             raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
-                                   "and attached workers cannot be relaunched")
+                                   "and attached or registered workers cannot be relaunched")
         await self.launcher.stop(slot)
         launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port

@@ -25,6 +25,7 @@ from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
+from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
 from pearl_sglang.control.weights import WeightSnapshot
@@ -142,8 +143,12 @@ class Orchestrator(WeightPushes):
     def _decide(self, operation: str, budget: int) -> Decision | None:
         if budget == 0:
             return None
-        decision = policy.target_topology(self.config, self.store.table, self.profile(), budget)
+        lock = relaunch_lock(self.store.table)
+        config = replace(self.config, pd_mode=locked_pd_mode(self.config.pd_mode, lock))
+        decision = policy.target_topology(config, self.store.table, self.profile(), budget)
         record = {"operation": operation, "budget": budget, **decision.to_dict()}
+        if lock is not None:
+            record["mode_lock"] = lock.to_dict()
         self.decisions.append(record)
         self._last_prediction_s = decision.predicted_makespan_s
         self.on_decision(record)

@@ -17,8 +17,8 @@ from typing import Awaitable, Callable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
-from pearl_sglang.core.events import GpusLeave, WorkerLeft, WorkerRegistered
-from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord
+from pearl_sglang.core.events import WorkerRegistered, WorkerUnregistered, WorkerUnregistering
+from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
 
 GPU_PREFIX = "registered"
 
@@ -43,11 +43,28 @@ class WeightSyncFailed(RegistrationError):
     pass
 
 
+class MissingCapability(RegistrationError):
+    """The worker lacks what its zone needs (an overlap worker must release its memory)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What PEARL may do to a registered worker in place. ``None``: ask the worker."""
+
+    memory_saver: bool | None = None  # release/resume memory: needed to borrow training GPUs
+    pd_role_switch: bool | None = None  # /pd_role_switch: prefill <-> decode without a relaunch
+
+    def to_dict(self) -> dict[str, bool | None]:
+        return {"memory_saver": self.memory_saver, "pd_role_switch": self.pd_role_switch}
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     url: str
     role: Role = Role.COLOCATED
     bootstrap_port: int | None = None
+    zone: Zone = Zone.DEDICATED
+    capabilities: Capabilities = Capabilities()
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -82,6 +99,44 @@ def find(table: StateTable, url: str) -> WorkerRecord | None:
     return next((w for w in table.rollout_workers() if w.endpoint == url), None)
 
 
+def is_registered(w: WorkerRecord) -> bool:
+    return all(g.startswith(f"{GPU_PREFIX}-") for g in w.gpus)
+
+
+@dataclass(frozen=True)
+class ModeLock:
+    """The PD mode the decision engine is held to, and why."""
+
+    pd_mode: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"pd_mode": self.pd_mode, "reason": self.reason}
+
+
+def relaunch_lock(table: StateTable) -> ModeLock | None:
+    """Registered workers were launched by the framework, so PEARL cannot relaunch them:
+    colocated <-> PD changes are taken out of the candidates and the mode stays that of
+    the registered workers (prefill <-> decode switches and borrowing stay in place).
+    Pure: no I/O."""
+    registered = [w for w in table.rollout_workers() if is_registered(w)]
+    if not registered:
+        return None
+    pd = any(w.intended_role in (Role.PREFILL, Role.DECODE) for w in registered)
+    mode = "disaggregated" if pd else "colocated"
+    return ModeLock(pd_mode=mode, reason=f"{len(registered)} registered worker(s) cannot be relaunched: "
+                                         f"colocated <-> PD changes are excluded, the mode stays {mode}")
+
+
+def locked_pd_mode(configured: str, lock: ModeLock | None) -> str:
+    """The configured PD mode, unless it would need relaunching registered workers."""
+    if lock is None:
+        return configured
+    if lock.pd_mode == "colocated":
+        return "colocated"
+    return configured if configured not in ("auto", "colocated") else "disaggregated"
+
+
 class Registrar:
     """Adds and removes registered workers; ``drain(slot, timeout_s)`` moves a worker's
     in-flight requests elsewhere and says whether it emptied in time."""
@@ -91,6 +146,7 @@ class Registrar:
         config.validate()
         self.store, self.ops, self.snapshot, self.drain, self.config = store, ops, snapshot, drain, config
         self._pending: set[str] = set()
+        self.capabilities: dict[str, Capabilities] = {}
 
     async def add(self, spec: WorkerSpec) -> WorkerRecord:
         spec.validate()
@@ -100,17 +156,60 @@ class Registrar:
         self._pending.add(url)
         try:
             await self._wait_healthy(url)
+            caps = await self._capabilities(url, spec.capabilities)
+            if spec.zone is Zone.OVERLAP and not caps.memory_saver:
+                raise MissingCapability(f"worker {url} is on training GPUs (zone overlap) but cannot release "
+                                        "its memory: start it with --enable-memory-saver")
             version = await self._sync(url)
+            port = spec.bootstrap_port
+            if port is None and spec.role is not Role.COLOCATED:
+                port = await self._bootstrap_port(url)
+            if spec.zone is Zone.OVERLAP and self.store.table.overlap_owner is not OverlapOwner.ROLLOUT:
+                await self._hand_back(url)
             async with self.store.lock:
                 table = self.store.table
                 slot = next(iter(table.free_slots()))
                 gpus = tuple(f"{GPU_PREFIX}-{slot}:{i}" for i in range(table.tp_size))
                 self.store.apply_locked([WorkerRegistered(
-                    slot=slot, gpus=gpus, role=spec.role, endpoint=url, bootstrap_port=spec.bootstrap_port,
-                    weight_version=version)])
+                    slot=slot, gpus=gpus, role=spec.role, endpoint=url, bootstrap_port=port,
+                    weight_version=version, zone=spec.zone)])
+                self.capabilities[url] = caps
                 return self.store.table.worker(slot)
         finally:
             self._pending.discard(url)
+
+    async def _bootstrap_port(self, url: str) -> int | None:
+        """A decode worker's own bootstrap port (registration names only a prefill
+        worker's): it needs one once PEARL switches it to prefill."""
+        try:
+            info = await self.ops.server_info(url)
+        except WorkerOpError:
+            return None
+        port = info.get("disaggregation_bootstrap_port") if isinstance(info, dict) else None
+        return port if isinstance(port, int) and not isinstance(port, bool) else None
+
+    async def _capabilities(self, url: str, given: Capabilities) -> Capabilities:
+        if given.memory_saver is not None and given.pd_role_switch is not None:
+            return given
+        try:
+            info = await self.ops.server_info(url)
+        except WorkerOpError:
+            info = {}
+        info = info if isinstance(info, dict) else {}
+        return Capabilities(
+            memory_saver=given.memory_saver if given.memory_saver is not None
+            else bool(info.get("enable_memory_saver")),
+            pd_role_switch=given.pd_role_switch if given.pd_role_switch is not None
+            else bool(info.get("enable_pd_role_switch")))
+
+    async def _hand_back(self, url: str) -> None:
+        """Training owns the overlap GPUs: the worker gives its memory back before it is
+        admitted as a retained process, to be resumed when PEARL borrows."""
+        try:
+            await self.ops.pause(url, "abort")
+            await self.ops.release_memory(url)
+        except WorkerOpError as e:
+            raise MissingCapability(f"worker {url} could not release its memory for training: {e}") from e
 
     async def _wait_healthy(self, url: str) -> None:
         loop = asyncio.get_running_loop()
@@ -146,10 +245,12 @@ class Registrar:
             w = find(self.store.table, url)
             if w is None:
                 raise NotRegistered(f"worker {url} is not registered")
-            if w.activity is not Activity.LEAVING:
-                self.store.apply_locked([GpusLeave(gpus=w.gpus)])
-        await self.drain(w.slot, self.config.drain_timeout_s)
+            if w.is_member:
+                self.store.apply_locked([WorkerUnregistering(slot=w.slot)])
+        if w.is_member or w.activity is Activity.LEAVING:
+            await self.drain(w.slot, self.config.drain_timeout_s)
         async with self.store.lock:
-            if self.store.table.has(w.slot) and self.store.table.worker(w.slot).activity is Activity.LEAVING:
-                self.store.apply_locked([WorkerLeft(slot=w.slot)])
+            if self.store.table.has(w.slot) and self.store.table.worker(w.slot).endpoint == url:
+                self.store.apply_locked([WorkerUnregistered(slot=w.slot)])
+        self.capabilities.pop(url, None)
         return w.slot

@@ -50,6 +50,9 @@ class WorkerOps:
     async def health(self, url: str, *, timeout_s: float | None = None) -> None:
         await self._call(url, "GET", "/health", timeout_s=timeout_s)
 
+    async def server_info(self, url: str) -> dict[str, Any]:
+        return await self._call(url, "GET", "/server_info")
+
     async def model_info(self, url: str) -> dict[str, Any]:
         return await self._call(url, "GET", "/model_info")
 

@@ -95,6 +95,21 @@ class WorkerRegistered:
     endpoint: str
     bootstrap_port: int | None = None
     weight_version: str | None = None
+    zone: Zone = Zone.DEDICATED
+
+
+@dataclass(frozen=True)
+class WorkerUnregistering:
+    """A registered worker is being removed: out of routing, draining."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
+class WorkerUnregistered:
+    """A registered worker is gone, with the GPU ids it brought."""
+
+    slot: int
 
 
 @dataclass(frozen=True)
@@ -104,12 +119,13 @@ class WeightsUpdated:
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered]
+              WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
+              WorkerUnregistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
 # lone admitted prefill worker is a caller error and fails the invariant check instead.
-_SHRINKING = (GpusLeave, TrainBegin, WorkerFailed, BeginPlan)
+_SHRINKING = (GpusLeave, TrainBegin, WorkerFailed, BeginPlan, WorkerUnregistering, WorkerUnregistered)
 
 
 def apply(table: StateTable, event: Event) -> StateTable:
@@ -159,6 +175,18 @@ def _step(t: StateTable, e: Event) -> StateTable:
         return _settle_return(t.drop(w.slot))
     if isinstance(e, WorkerRegistered):
         return _register(t, e)
+    if isinstance(e, WorkerUnregistering):
+        w = t.worker(e.slot)
+        if not w.is_rollout:
+            raise InvalidTransition(f"slot {w.slot} is a training worker", key="slot")
+        return t.put(replace(w, activity=Activity.LEAVING, pending_role=None))
+    if isinstance(e, WorkerUnregistered):
+        w = t.worker(e.slot)
+        if not w.is_rollout:
+            raise InvalidTransition(f"slot {w.slot} is a training worker", key="slot")
+        gone = frozenset(w.gpus)
+        t = replace(t.drop(w.slot), dedicated_gpus=t.dedicated_gpus - gone, overlap_gpus=t.overlap_gpus - gone)
+        return _settle_return(t)
     if isinstance(e, WeightsUpdated):
         for slot in e.slots:
             w = t.worker(slot)
@@ -266,7 +294,9 @@ def _plan_add(t: StateTable, add: WorkerAdd) -> StateTable:
 
 def _register(t: StateTable, e: WorkerRegistered) -> StateTable:
     """Admit a registered worker. A lone prefill (or decode) worker is held until its
-    counterpart registers; then both, and any other held ones, serve together."""
+    counterpart registers; then both, and any other held ones, serve together. An overlap
+    worker (on training GPUs) serves only while rollout owns the zone; until then it is a
+    retained, inactive process that PEARL activates when it borrows."""
     if e.role is Role.TRAINING:
         raise InvalidTransition("a registered worker serves rollout, not training", key="role")
     if t.has(e.slot):
@@ -274,8 +304,13 @@ def _register(t: StateTable, e: WorkerRegistered) -> StateTable:
     clash = sorted(set(e.gpus) & (t.dedicated_gpus | t.overlap_gpus))
     if clash:
         raise InvalidTransition(f"GPUs already known: {clash}", key="gpus")
-    t = replace(t, dedicated_gpus=t.dedicated_gpus | frozenset(e.gpus))
-    t = t.put(WorkerRecord(e.slot, e.gpus, Zone.DEDICATED, e.role, Activity.ACTIVE, endpoint=e.endpoint,
+    if e.zone is Zone.OVERLAP:
+        t = replace(t, overlap_gpus=t.overlap_gpus | frozenset(e.gpus))
+        activity = Activity.ACTIVE if t.overlap_owner is OverlapOwner.ROLLOUT else Activity.INACTIVE
+    else:
+        t = replace(t, dedicated_gpus=t.dedicated_gpus | frozenset(e.gpus))
+        activity = Activity.ACTIVE
+    t = t.put(WorkerRecord(e.slot, e.gpus, e.zone, e.role, activity, endpoint=e.endpoint,
                            bootstrap_port=e.bootstrap_port, weight_version=e.weight_version))
     held = [w for w in t.rollout_workers() if w.held]
     roles = {w.role for w in t.active()} | {w.role for w in held}

@@ -103,7 +103,19 @@ async def pearl_state(request: web.Request) -> web.Response:
         "telemetry_pending_turns": st.telemetry.pending(),
         "policy": st.config.policy,
         "control": st.control.state() if st.control is not None else None,
+        "registered": _registered(st),
     })
+
+
+def _registered(st) -> dict:
+    """Workers registered through the worker API, and which changes PEARL will not make to
+    them (they need a relaunch, and PEARL did not launch them)."""
+    from pearl_sglang.control.registration import is_registered, relaunch_lock
+
+    lock = relaunch_lock(st.store.table)
+    return {"slots": [w.slot for w in st.store.table.rollout_workers() if is_registered(w)],
+            "excluded_changes": (["colocated <-> PD (needs a relaunch)"] if lock else []),
+            "mode_lock": lock.to_dict() if lock else None}
 
 
 async def metrics(request: web.Request) -> web.Response:

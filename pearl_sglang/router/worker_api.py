@@ -31,9 +31,10 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.control.registration import (
-    AlreadyRegistered, GPU_PREFIX, NotRegistered, Registrar, RegistrationError, WorkerSpec, find, normalize,
+    AlreadyRegistered, Capabilities, GPU_PREFIX, NotRegistered, Registrar, RegistrationError, WorkerSpec, find,
+    normalize,
 )
-from pearl_sglang.core.state import Activity, Role, WorkerRecord
+from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
@@ -42,6 +43,9 @@ log = logging.getLogger("pearl.router.workers")
 
 PATHS = ("/workers", "/add_worker", "/remove_worker", "/list_workers")
 WORKER_TYPES = {"regular": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
+# PEARL's addition to the registration body: {"pearl": {"zone", "memory_saver", "pd_role_switch"}}.
+# Preemptible GPUs are part of the dedicated zone (they join and leave with /pearl/gpus).
+ZONES = {"dedicated": Zone.DEDICATED, "preemptible": Zone.DEDICATED, "overlap": Zone.OVERLAP}
 TYPE_OF_ROLE = {role: name for name, role in WORKER_TYPES.items()}
 # Workers PEARL launched are reshaped through /pearl/gpus, not removed by URL.
 REMOVABLE_PREFIXES = (f"{GPU_PREFIX}-", "attached-")
@@ -154,10 +158,12 @@ async def _describe(request: web.Request, w: WorkerRecord) -> dict[str, Any]:
         "connection_mode": "HTTP"}
     if w.role is Role.PREFILL:
         out["bootstrap_port"] = w.bootstrap_port
+    caps = api.registrar.capabilities.get(w.endpoint)
     out.update(metadata=meta, disable_health_check=False,
                pearl={"slot": w.slot, "zone": w.zone.value, "activity": w.activity.value,
                       "pending_role": w.pending_role.value if w.pending_role else None,
-                      "weight_version": w.weight_version})
+                      "weight_version": w.weight_version,
+                      "capabilities": caps.to_dict() if caps is not None else None})
     return out
 
 
@@ -176,7 +182,24 @@ async def list_workers(request: web.Request) -> web.Response:
                   "regular_count": roles.count(Role.COLOCATED)}})
 
 
-def _spec(request: web.Request, *, url: Any, worker_type: Any, bootstrap_port: Any) -> WorkerSpec:
+def _pearl_fields(extra: Any) -> tuple[Zone, Capabilities]:
+    if extra is None:
+        return Zone.DEDICATED, Capabilities()
+    if not isinstance(extra, dict):
+        raise Unprocessable("'pearl' must be an object {zone, memory_saver, pd_role_switch}")
+    zone = extra.get("zone", "dedicated")
+    if zone not in ZONES:
+        raise Unprocessable(f"'pearl.zone' must be one of {sorted(ZONES)}, got {zone!r}")
+    flags = {}
+    for key in ("memory_saver", "pd_role_switch"):
+        value = extra.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise Unprocessable(f"'pearl.{key}' must be true, false or null")
+        flags[key] = value
+    return ZONES[zone], Capabilities(**flags)
+
+
+def _spec(request: web.Request, *, url: Any, worker_type: Any, bootstrap_port: Any, extra: Any = None) -> WorkerSpec:
     if not isinstance(url, str):
         raise Unprocessable("'url' is required and must be a string")
     if worker_type is None:
@@ -187,8 +210,10 @@ def _spec(request: web.Request, *, url: Any, worker_type: Any, bootstrap_port: A
         bootstrap_port = int(bootstrap_port)
     if bootstrap_port is not None and (isinstance(bootstrap_port, bool) or not isinstance(bootstrap_port, int)):
         raise Unprocessable("'bootstrap_port' must be an integer or null")
+    zone, caps = _pearl_fields(extra)
     spec = WorkerSpec(url=url, role=WORKER_TYPES[worker_type],
-                      bootstrap_port=bootstrap_port if worker_type == "prefill" else None)
+                      bootstrap_port=bootstrap_port if worker_type != "regular" else None, zone=zone,
+                      capabilities=caps)
     try:
         spec.validate()
     except ValueError as e:
@@ -206,7 +231,7 @@ async def create_worker(request: web.Request) -> web.Response:
     if not isinstance(body, dict):
         raise Unprocessable("the body must be a JSON object with 'url'")
     spec = _spec(request, url=body.get("url"), worker_type=body.get("worker_type"),
-                 bootstrap_port=body.get("bootstrap_port"))
+                 bootstrap_port=body.get("bootstrap_port"), extra=body.get("pearl"))
     api = _api(request)
     url = normalize(spec.url)
     worker_id = api.id_of(url)
@@ -285,7 +310,8 @@ async def delete_worker(request: web.Request) -> web.Response:
 def _query_spec(request: web.Request) -> WorkerSpec:
     q = request.query
     return _spec(request, url=q.get("url"), worker_type=q.get("worker_type"),
-                 bootstrap_port=q.get("bootstrap_port"))
+                 bootstrap_port=q.get("bootstrap_port"),
+                 extra={"zone": q["zone"]} if "zone" in q else None)
 
 
 async def add_worker(request: web.Request) -> web.Response:
