@@ -86,8 +86,9 @@ class RouterConfig:
         parser.add_argument("--policy", default="static", choices=POLICIES,
                             help="with --config: 'pearl' lets the decision engine pick PD mode and ratio "
                                  "and borrow training GPUs; 'static' keeps a colocated deployment that "
-                                 "never borrows. Attach mode only routes; PEARL does not reshape "
-                                 "workers it did not launch")
+                                 "never borrows. Attach mode only routes; with --config, workers "
+                                 "registered through the worker API are reshaped in place too "
+                                 "(P<->D switches, borrowing), never relaunched")
         parser.add_argument("--tp-size", type=int, default=1, help="GPUs per worker (attach mode)")
         parser.add_argument("--worker-urls", nargs="*", default=[], help="colocated workers")
         parser.add_argument("--prefill", nargs=2, action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
