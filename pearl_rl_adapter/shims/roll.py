@@ -166,16 +166,6 @@ def patch_sglang_router(cls: type, *, router_url: str, wait_workflow: Callable[[
     return restore
 
 
-def install_router(client: PearlClient | None = None) -> Callable[[], None]:
-    """Make ROLL's ``SglangRouter`` use PEARL in this process."""
-    from roll.distributed.scheduler import router as roll_router
-
-    cfg = (client or PearlClient()).config
-    return patch_sglang_router(roll_router.SglangRouter, router_url=cfg.root,
-                               wait_workflow=roll_router.wait_sglang_router_workflow,
-                               token=cfg.admin_token or cfg.api_key)
-
-
 # ---- glue: the only code that imports ROLL -------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -191,3 +181,13 @@ def __getattr__(name: str) -> Any:
     if name == "PearlAgenticPipeline":
         return pipeline_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def install_router(client: PearlClient | None = None) -> Callable[[], None]:
+    """Make ROLL's ``SglangRouter`` use PEARL in this process."""
+    from roll.distributed.scheduler import router as roll_router
+
+    cfg = (client or PearlClient()).config
+    return patch_sglang_router(roll_router.SglangRouter, router_url=cfg.root,
+                               wait_workflow=roll_router.wait_sglang_router_workflow,
+                               token=cfg.admin_token or cfg.api_key)
