@@ -18,8 +18,8 @@ from pearl_sglang.control.executor import PlanExecutor
 from pearl_sglang.control.launchers import Launcher, LocalLauncher
 from pearl_sglang.control.orchestrator import Orchestrator
 from pearl_sglang.control.persistence import StateFile
-from pearl_sglang.control.registration import Registrar
 from pearl_sglang.control.phases import PhaseLog
+from pearl_sglang.control.registration import Registrar
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, inference_routes, worker_api
