@@ -25,7 +25,11 @@ builds ``actor_infer`` and its ``RouterManager``). With ``router.router_cls`` se
 makes it use PEARL instead of launching sglang-router: ROLL's engines are registered with
 PEARL (``POST /workers``, as ROLL does on expand), ROLL waits for them as it does
 (``GET /workers``), and its aborts by rid go to PEARL rather than to every worker
-(``router.py:740``), which PEARL would take for lost workers and resubmit.
+(``router.py:740``), which PEARL would take for lost workers and resubmit. ROLL's
+``abort_all_worker`` (``router.py:755``, ``abort_all`` on every worker after a shrink or
+an expand, so that sglang-router re-schedules) becomes a no-op: PEARL moves a removed
+worker's requests itself, and real SGLang 0.5.23 aborts a resubmission that reuses the
+rid of a request ``abort_all`` ended, so PEARL's moves would fail.
 """
 from __future__ import annotations
 
@@ -138,7 +142,7 @@ def patch_sglang_router(cls: type, *, router_url: str, wait_workflow: Callable[[
     from pearl_rl_adapter.shims.router_abort import abort_through_router
 
     parts = urlsplit(router_url)
-    saved = {name: cls.__dict__.get(name) for name in ("initialize", "abort_requests")}
+    saved = {name: cls.__dict__.get(name) for name in ("initialize", "abort_requests", "abort_all_worker")}
 
     async def initialize(self: Any) -> None:
         import httpx
@@ -154,7 +158,10 @@ def patch_sglang_router(cls: type, *, router_url: str, wait_workflow: Callable[[
     async def abort_requests(self: Any, request_ids: Any, uid: Any) -> None:
         await abort_through_router(router_url, rids=[str(r) for r in request_ids], api_key=token)
 
-    cls.initialize, cls.abort_requests = initialize, abort_requests
+    async def abort_all_worker(self: Any, url: str) -> None:
+        log.info("not aborting every request on %s: PEARL moves requests itself", url)
+
+    cls.initialize, cls.abort_requests, cls.abort_all_worker = initialize, abort_requests, abort_all_worker
 
     def restore() -> None:
         for name, fn in saved.items():

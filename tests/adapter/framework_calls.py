@@ -44,13 +44,12 @@ ROLL = "ROLL v0.3.0 (7f9d4d3873a87679c8d070085a4bd3bdeea7e589), SglangRouter"
 ROLL_CALLS = (
     Call("roll/distributed/scheduler/router.py:60", "router", "GET", "/workers"),
     Call("roll/distributed/scheduler/router.py:518", "router", "POST", "/generate"),
-    # rebalance_on_shrink (router.py:792)
+    # rebalance_on_shrink (router.py:792); its abort_all_worker (router.py:757, POST
+    # {worker}/abort_request {"abort_all": true} on every worker) is a no-op under the shim
     Call("roll/distributed/scheduler/router.py:776", "router", "DELETE", "/workers/{quoted url}"),
-    Call("roll/distributed/scheduler/router.py:757", "worker", "POST", "/abort_request"),
     Call("roll/distributed/scheduler/router.py:60", "router", "GET", "/workers"),
-    # rebalance_on_expand (router.py:817)
+    # rebalance_on_expand (router.py:817); abort_all_worker again a no-op
     Call("roll/distributed/scheduler/router.py:764", "router", "POST", "/workers"),
-    Call("roll/distributed/scheduler/router.py:757", "worker", "POST", "/abort_request"),
     Call("roll/distributed/scheduler/router.py:60", "router", "GET", "/workers"),
     Call("roll/distributed/scheduler/router.py:518", "router", "POST", "/generate"),
     # abort_requests (router.py:740): POST {worker}/abort_request {"rid"} on every worker,
