@@ -1,6 +1,5 @@
 """The worker API with real SGLang 0.5.23 servers on CPU started outside PEARL: a
-colocated engine and a prefill/decode pair register through the API and serve; removal
-drains; ROLL v0.3.0's router calls run against them."""
+colocated engine and a prefill/decode pair register through the API, serve and leave."""
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +9,6 @@ import pytest
 
 from pearl_sglang.control.registration import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
-from pearl_sglang.router.state import ROUTER
-from tests.adapter.test_framework_calls import Replay, roll_step
 from tests.router.conftest import running_router
 
 pytestmark = pytest.mark.realsglang
@@ -65,13 +62,3 @@ async def test_real_engines_register_serve_and_leave(real):
         assert len(out["output_ids"]) == 8
         for w in listed["workers"]:
             await c.delete(f"{base}/workers/{w['id']}")
-
-
-async def test_roll_router_calls_against_a_real_engine(real):
-    worker, _ = real
-    async with running_router(regular=[worker.url], config=_config()) as (base, app, store):
-        async with httpx.AsyncClient(timeout=300) as c:
-            rp = Replay(c, base)
-            rp.app = app
-            await roll_step(rp, [worker.url])
-            assert app[ROUTER].dispatcher is not None
