@@ -57,8 +57,8 @@ class Outcome:
         return f"{last} stopped the growth and began none in its place"
 
 
-def workers_on(table: StateTable, gpus: frozenset[str]) -> tuple[int, ...]:
-    """Rollout workers on any of ``gpus`` that are still being made ready."""
+def readied_on(table: StateTable, gpus: frozenset[str]) -> tuple[int, ...]:
+    """Slots of the rollout workers on any of ``gpus`` that are still being made ready."""
     return tuple(w.slot for w in table.rollout_workers()
                  if gpus & set(w.gpus) and w.activity in (Activity.JOINING, Activity.SWITCHING))
 

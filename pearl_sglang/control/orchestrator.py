@@ -21,7 +21,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
-from pearl_sglang.control.expansions import Expansion, Growth, follow, join_answer, left_unknown, workers_on
+from pearl_sglang.control.expansions import Expansion, Growth, follow, join_answer, left_unknown, readied_on
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
@@ -347,7 +347,7 @@ class Orchestrator(WeightPushes):
             growth = self._start_growth(p, "inter_scale")
         on_gpus = frozenset(gpus)
         outcome = await follow(growth, lock=self._lock, current=lambda: self._growth,
-                               still_joining=lambda: bool(workers_on(self.store.table, on_gpus)))
+                               still_joining=lambda: bool(readied_on(self.store.table, on_gpus)))
         return join_answer(self.store.table, gpus, outcome)
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
