@@ -364,7 +364,8 @@ def replay(config: ReplayConfig, *, verbose: bool = False) -> dict[str, Any]:
 def _answers_line(answers: dict[str, Any] | None) -> str:
     if answers is None:
         return "none (no trace)"
-    return f"{answers['joins']} joins, {answers['leaves']} leaves, {len(answers['wrong'])} wrong"
+    return (f"{answers['joins']} joins ({answers['superseded_joins']} superseded), {answers['leaves']} leaves, "
+            f"{len(answers['wrong'])} wrong")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,10 +22,12 @@ class AnswerLog:
 
     joins: int = 0
     leaves: int = 0
+    superseded_joins: int = 0   # answered after a later event's growth took over theirs
     wrong: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"joins": self.joins, "leaves": self.leaves, "wrong": list(self.wrong)}
+        return {"joins": self.joins, "leaves": self.leaves, "superseded_joins": self.superseded_joins,
+                "wrong": list(self.wrong)}
 
 
 def _on(table: Mapping[str, Any], gpus: Sequence[str]) -> list[Mapping[str, Any]]:

@@ -52,6 +52,7 @@ class TraceReplayer:
         try:
             answer = await self.client.join_gpus(gpus)
             self.answers.joins += 1
+            self.answers.superseded_joins += bool(answer.superseded_by)
             self._note(check_join(answer, gpus, (await self.client.state())["table"]))
         except PearlError as e:
             self._note(f"join of {node} failed: {e}")
