@@ -59,14 +59,26 @@ class WeightsUpdated:
 
 @dataclass(frozen=True)
 class GpusJoined:
+    """What happened to the joined GPUs. The call waits while later events (joins,
+    leaves, train_begin, PD-mode changes) take over the expansion that carries them, so
+    ``admitted`` lists the workers serving on them now, and ``cancelled`` means none
+    will unless a later event re-plans (``reason`` says why: a failed start, the GPUs
+    left first). ``expansion`` numbers the growth that decided, and ``superseded_by``
+    names the events that took over before it, in order."""
+
     admitted: tuple[str, ...]
     cancelled: bool
     reason: str | None
+    expansion: int | None = None
+    superseded_by: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "GpusJoined":
+        expansion = data.get("expansion")
         return cls(admitted=tuple(str(s) for s in data.get("admitted", ())),
-                   cancelled=bool(data.get("cancelled", False)), reason=data.get("reason"))
+                   cancelled=bool(data.get("cancelled", False)), reason=data.get("reason"),
+                   expansion=None if expansion is None else int(expansion),
+                   superseded_by=tuple(str(e) for e in data.get("superseded_by", ())))
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str,
             cell["rollout_over_floor"] = {sys: over_floor(r) for sys, r in runs.items()}
             cell["pearl_topologies"] = sorted({s["topology"] for s in runs["pearl"]["steps"]})
             cell["pearl_borrowed_steps"] = sum(bool(s["borrowing"]) for s in runs["pearl"]["steps"])
+            # A wrong join or leave answer fails its replay, so every run here had none.
+            cell["trace_answers_checked"] = {sys: _checked(r) for sys, r in runs.items()}
             summary["cells"].append(cell)
             rows.append([m, seg, f"{cell['mean_preemptible_workers']:.2f}"]
                         + [f"{cell[sys]['tok_s']:.0f} ({cell[sys]['vs_roll']:.2f}x)" for sys in SYSTEMS]
@@ -75,12 +77,20 @@ def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str,
                 "its environment time plus its tokens at batch 1; `floor.py`), mean over the measured steps. "
                 "1.00 means no allocation of GPUs could have finished the step sooner.\n\n"
                 + md_table(["model", "segment"] + [SYSTEM_LABELS[s] for s in SYSTEMS], floor_rows))
+    checked = sum(n for c in summary["cells"] for n in c["trace_answers_checked"].values())
+    md_floor += (f"\n\nTrace join and leave answers checked against the cluster's table: {checked} "
+                 "(RLBoost+ and PEARL follow the trace), none wrong (a wrong one fails its replay).\n")
     md = (f"# Elastic replay (Figures 5 and 6)\n\nWindows of {plan.minutes:g} min, batch {plan.batch_size}, "
           f"rewrite_fraction {plan.rewrite_fraction} (prefill-heavy regime). Mean step throughput in tok/s "
           f"(ratio to ROLL). Paper: {PAPER_SPEEDUP}.\n\n"
           + md_table(["model", "segment", "mean preemptible workers"] + [SYSTEM_LABELS[s] for s in SYSTEMS]
                      + ["PEARL / RLBoost+", "request errors"], rows) + md_floor)
     return summary, md
+
+
+def _checked(result: dict[str, Any]) -> int:
+    answers = result["trace"].get("answers") or {}
+    return answers.get("joins", 0) + answers.get("leaves", 0)
 
 
 def plot(name: str, plan: Plan, results: dict[str, dict[str, Any]]) -> None:

@@ -41,7 +41,9 @@ def _run_one(config: ReplayConfig) -> dict[str, Any]:
 
 def _line(result: dict[str, Any]) -> str:
     s, run = result["summary"], result["run"]
-    return (f"{s['steps']} steps, {s['mean_throughput_tok_s']:.0f} tok/s, errors {s['errors']}, "
+    answers = result["trace"].get("answers")
+    checked = f"{answers['joins'] + answers['leaves']} trace answers checked, " if answers else ""
+    return (f"{s['steps']} steps, {s['mean_throughput_tok_s']:.0f} tok/s, errors {s['errors']}, {checked}"
             f"{run['virtual_s'] / 60:.0f} virtual min in {run['real_s']:.0f} s")
 
 

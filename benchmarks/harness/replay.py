@@ -12,6 +12,12 @@ loopback HTTP too, for ~1.3x the CPU and the same results); its control calls us
 
     .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
         [--model qwen3-8b] [--minutes 120] [--batch-size 64 --group-size 16] [--out FILE.json]
+    .venv/bin/python -m benchmarks.harness.replay --trace-file my-trace.csv --trace-start-h 2.5
+
+``--trace-file`` replays any trace in the Bamboo event format (``t_ms,add|remove,node``
+rows) instead of p3; the window then starts at ``--trace-start-h`` (default 0). Every
+join and leave answer of the trace replayer is checked against the cluster's table; a
+wrong one (or a failed call) fails the replay (``WrongAnswers``) after it finishes.
 
 Throughput of a step (section 6.1) = (rollout generated + training tokens) / step duration,
 where a step runs from the previous weight push to its own (``StepResult``).  The run
@@ -69,6 +75,7 @@ class ReplayConfig:
     model: str = "qwen3-8b"
     segment: Optional[int] = 1                 # SEGMENTS key; or give trace_start_h
     trace_start_h: Optional[float] = None      # overrides segment
+    trace_file: Optional[str] = None           # a Bamboo-format trace instead of p3 (window from trace_start_h or 0)
     minutes: float = SEGMENT_LENGTH_S / 60
     batch_size: int = 64
     group_size: int = 16
@@ -92,6 +99,8 @@ class ReplayConfig:
     def start_h(self) -> float:
         if self.trace_start_h is not None:
             return self.trace_start_h
+        if self.trace_file is not None:
+            return 0.0
         if self.segment not in SEGMENTS:
             raise ValueError(f"segment must be one of {sorted(SEGMENTS)} (or give trace_start_h)")
         return SEGMENTS[self.segment]
@@ -160,6 +169,10 @@ class _LoopTime:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
+
+
+class WrongAnswers(RuntimeError):
+    """The trace replayer got join or leave answers that were not true of the cluster."""
 
 
 @dataclass
@@ -247,7 +260,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
     m = model(config.model)
     window_s = config.minutes * 60
     start_h = config.start_h()
-    targets = worker_targets(read_bamboo(BAMBOO_P3), max_workers=config.max_preemptible_workers,
+    targets = worker_targets(read_bamboo(config.trace_file or BAMBOO_P3), max_workers=config.max_preemptible_workers,
                              start_s=start_h * 3600, length_s=window_s) if sysdef.follows_trace else []
     real0, cpu0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="pearl-replay-") as tmp, \
@@ -311,13 +324,18 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
             await runner.cleanup()
     stats = loop.stats if isinstance(loop, vtime.VirtualTimeLoop) else None
     control = (final_state or {}).get("control") or {}
+    answers = replayer.answers.to_dict() if replayer is not None else None
+    if answers and answers["wrong"]:
+        raise WrongAnswers(f"{len(answers['wrong'])} wrong join/leave answers of {answers['joins']} joins and "
+                           f"{answers['leaves']} leaves: " + "; ".join(answers["wrong"][:5]))
     return {
         "config": {**asdict(config), "system_resolved": asdict(sysdef), "trace_start_h": start_h},
         "summary": summarize(recorder.steps),
         "steps": recorder.steps,
         "samples": recorder.samples,
         "trace": {"targets": [asdict(t) for t in targets],
-                  "mean_preemptible_workers": mean_workers(targets, window_s) if targets else 0.0},
+                  "mean_preemptible_workers": mean_workers(targets, window_s) if targets else 0.0,
+                  "answers": answers},
         "reconfiguration_phases": control.get("phases", {}),
         "migrations": (final_state or {}).get("migrations"),
         "launches": sum(lc.launches for lc in launchers),
@@ -343,6 +361,13 @@ def replay(config: ReplayConfig, *, verbose: bool = False) -> dict[str, Any]:
         gc.set_threshold(*before)
 
 
+def _answers_line(answers: dict[str, Any] | None) -> str:
+    if answers is None:
+        return "none (no trace)"
+    return (f"{answers['joins']} joins ({answers['superseded_joins']} superseded), {answers['leaves']} leaves, "
+            f"{len(answers['wrong'])} wrong")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.replay", description=__doc__.splitlines()[0])
     parser.add_argument("--system", default="pearl",
@@ -351,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen3-8b", choices=["qwen3-8b", "qwen3-30b-a3b"])
     parser.add_argument("--segment", type=int, default=1, choices=sorted(SEGMENTS))
     parser.add_argument("--trace-start-h", type=float, default=None)
+    parser.add_argument("--trace-file", default=None,
+                        help="a preemptible-GPU trace in the Bamboo event format (t_ms,add|remove,node); default p3")
+    parser.add_argument("--max-preemptible-workers", type=int, default=6,
+                        help="preemptible workers at the trace's peak")
     parser.add_argument("--minutes", type=float, default=SEGMENT_LENGTH_S / 60)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--group-size", type=int, default=16)
@@ -368,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
     config = ReplayConfig(system=args.system, model=args.model, segment=args.segment,
-                          trace_start_h=args.trace_start_h, minutes=args.minutes, batch_size=args.batch_size,
+                          trace_start_h=args.trace_start_h, trace_file=args.trace_file,
+                          max_preemptible_workers=args.max_preemptible_workers,
+                          minutes=args.minutes, batch_size=args.batch_size,
                           group_size=args.group_size, rewrite_fraction=args.rewrite_fraction,
                           train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
                           stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
@@ -382,9 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = replay(config, verbose=not args.quiet)
     s, run = result["summary"], result["run"]
-    print(f"{config.system} {config.model} segment {config.segment} ({result['config']['trace_start_h']} h, "
+    where = config.trace_file or f"segment {config.segment}"
+    print(f"{config.system} {config.model} {where} ({result['config']['trace_start_h']} h, "
           f"{config.minutes:g} min): {s['steps']} steps, mean {s['mean_throughput_tok_s']:.0f} tok/s "
           f"(token-weighted {s['token_weighted_throughput_tok_s']:.0f}), errors {s['errors']}; "
+          f"trace answers {_answers_line(result['trace']['answers'])}; "
           f"replayed {run['virtual_s'] / 60:.1f} virtual min in {run['real_s']:.1f} s real "
           f"({run['cpu_s']:.1f} s CPU)", flush=True)
     if args.out:

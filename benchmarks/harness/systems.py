@@ -74,7 +74,7 @@ def system(name: str) -> System:
 # nodes) whose mean preemptible count comes closest to the paper's segment means of
 # rollout GPUs (13.6, 9.0, 11.8 including the 4 reserved, i.e. 4.8, 2.5, 3.9 workers).
 # The trace never averages below 3.05 workers over two hours, so segment 2 is the
-# closest window, not an exact match. Means (workers): 4.82, 3.05, 3.80.
+# closest window, not an exact match. Means (workers): 4.83, 3.05, 3.83.
 SEGMENTS: dict[int, float] = {1: 5.75, 2: 9.25, 3: 6.75}  # start hour in the trace
 SEGMENT_LENGTH_S = 7200.0
 

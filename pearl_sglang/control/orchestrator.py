@@ -7,19 +7,21 @@ snapshot, so concurrent events never act on stale state. Execution is asynchrono
 Mandatory work (returning training GPUs, giving back reclaimed GPUs) is awaited before
 the event answers and first cancels optional growth in flight (borrowing, expansion);
 optional growth runs in the background and admits its workers all at once or not at all.
+Callers that wait for a growth follow it to the growth that superseded it (expansions.py).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import deque
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any, Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
+from pearl_sglang.control.expansions import Expansion, Growth, follow, join_answer, left_unknown, readied_on
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
@@ -50,14 +52,6 @@ class OutOfOrder(RuntimeError):
     """A call that contradicts the training state (two train_begin, finished without begin)."""
 
 
-@dataclass(frozen=True)
-class Growth:
-    """What a background growth admitted, or why it admitted nothing."""
-
-    admitted: tuple[int, ...] = ()
-    reason: str | None = None
-
-
 class Orchestrator(WeightPushes):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
@@ -78,7 +72,8 @@ class Orchestrator(WeightPushes):
         self.borrowing = False
         self.training = False
         self._lock = asyncio.Lock()
-        self._growth: asyncio.Task | None = None
+        self._growth: Expansion | None = None
+        self._expansions = 0
         self._once = OnceByRequestId().run
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
@@ -241,18 +236,22 @@ class Orchestrator(WeightPushes):
                 break
         return Growth(reason=reason)
 
-    def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
-        self._growth = asyncio.ensure_future(self._grow_with_retries(p, operation))
+    def _start_growth(self, p: Plan, operation: str) -> Expansion:
+        self._expansions += 1
+        self._growth = Expansion(self._expansions, operation,
+                                 asyncio.ensure_future(self._grow_with_retries(p, operation)))
         return self._growth
 
-    async def _cancel_growth(self) -> None:
-        task, self._growth = self._growth, None
-        if task is None or task.done():
+    async def _cancel_growth(self, *, by: str) -> None:
+        """Cancel the growth in flight on behalf of event ``by``. Callers hold ``_lock``
+        and begin their own growth before letting go of it, which ``follow`` relies on."""
+        growth, self._growth = self._growth, None
+        if growth is None or growth.task.done():
             return
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        table = self.store.table
-        stuck = [w.slot for w in table.rollout_workers() if w.activity is Activity.JOINING]
+        growth.superseded_by = by
+        growth.task.cancel()
+        await asyncio.gather(growth.task, return_exceptions=True)
+        stuck = left_unknown(self.store.table)
         if stuck:
             await self.executor.cancel_group(stuck)
 
@@ -282,7 +281,7 @@ class Orchestrator(WeightPushes):
             self.training = True
             self.last_step["begin"] = step
             self._persist()
-            await self._cancel_growth()
+            await self._cancel_growth(by="train_begin")
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
                 await self.store.apply([TrainBegin()])
@@ -344,21 +343,17 @@ class Orchestrator(WeightPushes):
         return await self._once(request_id, lambda: self._gpus_join(gpus))
 
     async def _gpus_join(self, gpus: tuple[str, ...]) -> dict[str, Any]:
+        """Answers once the growth that carries these GPUs (this join's, or the one of a
+        later event that superseded it) has finished, with what happened to them."""
         async with self._lock:
             await self.store.apply([GpusJoin(tuple(gpus))])
-            await self._cancel_growth()
+            await self._cancel_growth(by="gpus_join")
             p = await self._begin("gpus_join", borrow=self.borrowing)
-            task = self._start_growth(p, "inter_scale")
-        try:
-            grown = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # this call itself was cancelled
-            return {"action": "join", "admitted": [], "cancelled": True,
-                    "reason": "pre-empted by a mandatory return; the GPUs stay in the budget"}
-        reason = {"reason": grown.reason} if grown.reason else {}
-        return {"action": "join", "admitted": list(grown.admitted), "cancelled": not grown.admitted and bool(p.add),
-                **reason}
+            growth = self._start_growth(p, "inter_scale")
+        on_gpus = frozenset(gpus)
+        outcome = await follow(growth, lock=self._lock, current=lambda: self._growth,
+                               still_joining=lambda: bool(readied_on(self.store.table, on_gpus)))
+        return join_answer(self.store.table, gpus, outcome)
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
                          request_id: str | None = None) -> dict[str, Any]:
@@ -368,7 +363,7 @@ class Orchestrator(WeightPushes):
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with self._lock:
-            await self._cancel_growth()
+            await self._cancel_growth(by="gpus_leave")
             await self.store.apply([GpusLeave(tuple(gpus))])
             p = await self._begin("gpus_leave", borrow=self.borrowing)
             async with self.phases.phase("inter_scale", "shrink"):
@@ -379,18 +374,21 @@ class Orchestrator(WeightPushes):
 
     async def set_pd_mode(self, mode: str) -> dict[str, Any]:
         """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the
-        cluster is re-planned at once and the answer comes when the change is admitted."""
+        cluster is re-planned at once and the answer comes when the change is admitted (by
+        this call's growth, or by the one of a later event that superseded it)."""
         async with self._lock:
             self.config = replace(self.config, pd_mode=mode)
             self.config.validate()
-            await self._cancel_growth()
+            await self._cancel_growth(by="pd_mode")
             p = await self._begin("pd_mode", borrow=self.borrowing)
-            task = self._start_growth(p, "pd_mode")
-        await asyncio.shield(task)
-        return {"pd_mode": mode, "topology": self.store.table.active_topology().label()}
+            growth = self._start_growth(p, "pd_mode")
+        outcome = await follow(growth, lock=self._lock, current=lambda: self._growth)
+        reason = outcome.stopped() if outcome.growth is None else outcome.growth.reason
+        return {"pd_mode": mode, "topology": self.store.table.active_topology().label(), **outcome.describe(),
+                **({"reason": reason} if reason else {})}
 
     async def shutdown(self) -> None:
-        await self._cancel_growth()
+        await self._cancel_growth(by="shutdown")
         await self.groups.close()
 
     def state(self) -> dict[str, Any]:

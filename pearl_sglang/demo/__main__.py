@@ -55,8 +55,8 @@ async def run(config: DemoConfig) -> int:
             reporter.start()
             await reporter.sample()
             print(f"[{0:6.1f} min] cluster ready: {reporter.samples[-1][1]}", flush=True)
-            if follows_trace:
-                replayer = TraceReplayer(client, targets, clock)
+            replayer = TraceReplayer(client, targets, clock) if follows_trace else None
+            if replayer is not None:
                 tasks.append(asyncio.ensure_future(replayer.run()))
             tasks.append(asyncio.ensure_future(reporter.sample_forever(every_s=30.0)))
 
@@ -74,6 +74,9 @@ async def run(config: DemoConfig) -> int:
             print(f"  generated / trained      {s['generated_tokens']:,} / {s['training_tokens']:,} tokens")
             print(f"  request errors           {s['errors']} (failed trajectories {s['failed_trajectories']})")
             print(f"  migrated requests        {s['migrations']}")
+            if replayer is not None:
+                a = replayer.answers
+                print(f"  trace join/leave answers {a.joins} / {a.leaves}, wrong {len(a.wrong)}")
             for name, phase in s["reconfiguration_phases"].items():
                 print(f"  {name:24s} {phase['mean_s'] * config.time_scale:7.2f} emulated s mean over {phase['count']}")
             print(f"  wrote {summary_path} and {plot_path}")

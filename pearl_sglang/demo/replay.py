@@ -3,7 +3,9 @@
 Each scaled trace change becomes joins of new TP2 workers (two GPU ids on a new spot
 node) or leaves of the most recently joined ones, issued at the change's emulated time.
 A join answers when its workers are admitted, so joins run as tasks and a leave of a
-node first waits for that node's join.
+node first waits for that node's join. Every join and leave answer is checked against
+``/pearl/state`` read right after it (``answers.py``); ``answers.wrong`` lists the
+answers that were not true, and a failed call counts as one.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from pearl_rl_adapter import AsyncPearlClient, PearlError
+from pearl_sglang.demo.answers import AnswerLog, check_join, check_leave
 from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trace import WorkerTarget
 
@@ -26,6 +29,7 @@ class TraceReplayer:
     leave_deadline_s: float = 30.0
     joined: list[tuple[str, asyncio.Task]] = field(default_factory=list)
     events: list[tuple[float, str, int]] = field(default_factory=list)
+    answers: AnswerLog = field(default_factory=AnswerLog)
     _next_node: int = 0
 
     async def run(self) -> None:
@@ -41,19 +45,33 @@ class TraceReplayer:
     async def _join(self) -> None:
         node = f"spot{self._next_node}"
         self._next_node += 1
-        task = asyncio.ensure_future(self.client.join_gpus([f"{node}:0", f"{node}:1"]))
-        self.joined.append((node, task))
+        self.joined.append((node, asyncio.ensure_future(self._join_checked(node))))
+
+    async def _join_checked(self, node: str) -> None:
+        gpus = [f"{node}:0", f"{node}:1"]
+        try:
+            answer = await self.client.join_gpus(gpus)
+            self.answers.joins += 1
+            self.answers.superseded_joins += bool(answer.superseded_by)
+            self._note(check_join(answer, gpus, (await self.client.state())["table"]))
+        except PearlError as e:
+            self._note(f"join of {node} failed: {e}")
 
     async def _leave(self) -> None:
         node, task = self.joined.pop()
+        await task
+        gpus = [f"{node}:0", f"{node}:1"]
         try:
-            await task
+            answer = await self.client.leave_gpus(gpus, deadline_s=self.leave_deadline_s)
+            self.answers.leaves += 1
+            self._note(check_leave(answer, gpus, (await self.client.state())["table"]))
         except PearlError as e:
-            log.warning("join of %s failed: %s", node, e)
-        try:
-            await self.client.leave_gpus([f"{node}:0", f"{node}:1"], deadline_s=self.leave_deadline_s)
-        except PearlError as e:
-            log.warning("leave of %s failed: %s", node, e)
+            self._note(f"leave of {node} failed: {e}")
+
+    def _note(self, wrong: str | None) -> None:
+        if wrong is not None:
+            log.warning("wrong answer: %s", wrong)
+            self.answers.wrong.append(wrong)
 
     async def drain(self) -> None:
         await asyncio.gather(*(t for _, t in self.joined), return_exceptions=True)

@@ -58,7 +58,7 @@ class Cluster:
             moving = [w for w in self.table.rollout_workers()
                       if w.activity in (Activity.JOINING, Activity.LEAVING)
                       or (w.activity is Activity.SWITCHING and not w.held)]
-            if (growth is None or growth.done()) and not moving:
+            if (growth is None or growth.task.done()) and not moving:
                 return
             await asyncio.sleep(0.02)
         raise AssertionError(f"cluster did not settle: {self.table.to_dict()}")

@@ -127,5 +127,8 @@ async def test_joiner_cannot_sync_to_a_broadcast_without_a_disk_copy(tiny_model_
         await c.admin("/update_weights", {"version": "v2", "distributed": dist(),
                                           "model_path": str(tiny_model_variant_dir)})
         out = await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p2:0"]})
-        assert out["admitted"] == [1, 2]  # p1:0 stayed in the budget
+        # The answer names the worker on this join's GPU; p1:0 stayed in the budget and
+        # its worker came up in the same expansion.
+        assert out["admitted"] == [w.slot for w in c.table.active() if "p2:0" in w.gpus] == [2]
+        assert [w.slot for w in c.table.active() if "p1:0" in w.gpus] == [1]
         assert [w.weight_version for w in c.table.active()] == ["v2", "v2", "v2"]
