@@ -28,8 +28,8 @@ PEARL (``POST /workers``, as ROLL does on expand), ROLL waits for them as it doe
 (``router.py:740``), which PEARL would take for lost workers and resubmit. ROLL's
 ``abort_all_worker`` (``router.py:755``, ``abort_all`` on every worker after a shrink or
 an expand, so that sglang-router re-schedules) becomes a no-op: PEARL moves a removed
-worker's requests itself, and real SGLang 0.5.23 aborts a resubmission that reuses the
-rid of a request ``abort_all`` ended, so PEARL's moves would fail.
+worker's requests itself, and an ``abort_all`` would cost every request in flight on every
+worker a resubmission.
 """
 from __future__ import annotations
 

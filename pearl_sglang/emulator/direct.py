@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 
 from pearl_sglang import fastjson
 from pearl_sglang.emulator.http_generate import (
-    Run, RunClosed, chunk_body, error_body, final_answer, stream_intervals,
+    Run, RunClosed, after_stream_end, chunk_body, error_body, final_answer, stream_intervals,
 )
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.request import RequestRejected
@@ -61,6 +61,7 @@ class InProcessTransport:
         finally:
             worker.direct_runs.discard(run)
             run.abort()
+            after_stream_end(worker, parsed.items)
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
         if path != "/generate":

@@ -3,7 +3,8 @@
 Each handler parses the body into ``GenerateRequest``s, submits them, and waits on a
 per-request event that the engine's callbacks set.  Streams are cumulative (SGLang's
 default): every chunk carries the whole output so far, and a slow reader simply gets
-fewer, larger chunks.  A client disconnect aborts its requests.
+fewer, larger chunks.  A client disconnect aborts its requests, and so does the end of
+any stream two seconds later, as in SGLang (``after_stream_end``).
 """
 from __future__ import annotations
 
@@ -58,6 +59,40 @@ def _input_logprobs(ids: tuple[int, ...]) -> list:
             for i, t in enumerate(ids)]
 
 
+STREAM_END_ABORT_DELAY_S = 2.0
+
+
+def after_stream_end(worker: Worker, items: tuple[GenerateRequest, ...]) -> None:
+    """SGLang 0.5.23 gives every streaming response a background task
+    (``TokenizerManager.create_abort_task``) that, 2 s after the stream ends, aborts each of
+    its rids that still names a live request.  That request can only be a later one that
+    reused the rid, so a resubmission under the same rid within those 2 s is aborted.
+    Only the deadline is kept here; ``Run`` arms the abort when a rid is reused in time."""
+    try:
+        now = asyncio.get_running_loop().time()
+    except RuntimeError:  # a generator finalized after its loop closed: no later request
+        return
+    pending = worker.stream_end_aborts
+    for rid in list(pending):
+        if pending[rid] > now:
+            break
+        del pending[rid]
+    for r in items:
+        pending.pop(r.rid, None)
+        pending[r.rid] = now + STREAM_END_ABORT_DELAY_S
+
+
+def _arm_stream_end_aborts(worker: Worker, items: tuple[GenerateRequest, ...]) -> None:
+    pending = worker.stream_end_aborts
+    if not pending:
+        return
+    loop = asyncio.get_running_loop()
+    for r in items:
+        at = pending.get(r.rid)
+        if at is not None and at > loop.time():
+            loop.call_at(at, worker.engine.abort, r.rid)
+
+
 class RunClosed(Exception):
     """The worker stopped under a run that a caller in the same process was waiting on."""
 
@@ -72,6 +107,7 @@ class Run:
         self.texts = [GrowingText(worker.codec, r.sampling.skip_special_tokens) for r in items]
         self.handles: list[RequestHandle] = []
         engine = worker.engine
+        _arm_stream_end_aborts(worker, items)
         try:
             for req, w in zip(items, self.watches):
                 self.handles.append(engine.submit(req, on_update=w if stream else None, on_finish=w))
@@ -161,6 +197,8 @@ class Run:
         except (asyncio.CancelledError, ConnectionResetError):
             self.abort()
             raise
+        finally:
+            after_stream_end(self.worker, self.items)
 
 
 def _sse(obj: Any) -> bytes:

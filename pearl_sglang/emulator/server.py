@@ -132,6 +132,8 @@ class Worker:
     in_weight_update: bool = False
     closed: bool = False
     direct_runs: set = field(default_factory=set)  # runs of in-process callers (``direct``)
+    # rid -> loop time at which the abort that follows the end of its stream fires
+    stream_end_aborts: dict = field(default_factory=dict)
 
     def close(self) -> None:
         """The server is stopping: in-process callers lose their streams, as HTTP clients

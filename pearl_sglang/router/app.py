@@ -22,7 +22,7 @@ from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.registration import Registrar
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.router import admin_routes, inference_routes, worker_api
+from pearl_sglang.router import admin_routes, engine_control_routes, inference_routes, worker_api
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.control_routes import add_control_routes
@@ -48,6 +48,9 @@ def access_class(request: web.Request) -> str:
     path = request.path
     if path in PUBLIC_PATHS:
         return PUBLIC
+    if path in engine_control_routes.PATHS:
+        # Open as on an SGLang server unless an admin token is set (AReaL sends none).
+        return ADMIN if request.app[ROUTER].config.security.admin_token else INFERENCE
     if path.startswith(ADMIN_PREFIXES):
         return ADMIN
     if path.startswith(worker_api.PATHS) and request.app[ROUTER].config.security.admin_token:
@@ -184,6 +187,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory))
     app.cleanup_ctx.append(worker_api.worker_api_ctx(_registrar))
     add_control_routes(app)
+    engine_control_routes.add_engine_control_routes(app)
     worker_api.add_worker_routes(app)
     r = app.router
     r.add_post("/generate", inference_routes.generate)

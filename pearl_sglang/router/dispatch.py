@@ -61,6 +61,13 @@ class Completed:
     chunk_interval: int
 
 
+def attempt_rid(rid: str, attempt: int) -> str:
+    """The rid the workers see for ``attempt`` (1-based) of client request ``rid``: the
+    first keeps the client's rid, later ones get ``~n`` (SGLang would abort a resubmission
+    reusing the rid of a stream that ended less than 2 s before)."""
+    return rid if attempt <= 1 else f"{rid}~{attempt}"
+
+
 def _finish_reason(chunk: dict[str, Any]) -> dict[str, Any] | None:
     return (chunk.get("meta_info") or {}).get("finish_reason")
 
@@ -113,9 +120,11 @@ class Dispatcher:
                 main = target.decode if target.is_pd else target.worker
                 concurrency = self.inflight.load().get(main.slot, 0)
                 self.inflight.assign(entry, target.slots, tuple(
-                    w.endpoint for w in (target.worker, target.prefill, target.decode) if w))
+                    w.endpoint for w in (target.worker, target.prefill, target.decode) if w),
+                    worker_rid=attempt_rid(item.rid, stitcher.attempts))
                 entry.cause = None if entry.cause is EndCause.MIGRATE else entry.cause
                 body = self._body(item, stitcher, remaining, client_stream_interval)
+                body["rid"] = entry.worker_rid
                 final: dict[str, Any] | None = None
                 try:
                     async for chunk in self._attempt(target, body, item):
@@ -162,7 +171,7 @@ class Dispatcher:
             if not finished:
                 # The client went away or the request failed: free the workers' slots.
                 for url in entry.urls:
-                    asyncio.ensure_future(self.transport.abort(url=url, rid=item.rid))
+                    asyncio.ensure_future(self.transport.abort(url=url, rid=entry.worker_rid))
 
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
                     what: str) -> Target:

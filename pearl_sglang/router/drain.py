@@ -25,7 +25,7 @@ async def migrate_off(st: RouterState, slot: int) -> int:
 
 
 async def _abort_all(st: RouterState, entries) -> None:
-    await asyncio.gather(*(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
+    await asyncio.gather(*(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
                            for entry in entries for url in entry.urls))
 
 

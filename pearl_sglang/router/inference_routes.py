@@ -177,7 +177,7 @@ async def abort_request(request: web.Request) -> web.Response:
     calls = []
     for entry in entries:
         entry.cause = EndCause.CLIENT_ABORT
-        calls.extend(abort(st.session, url=url, rid=entry.rid, timeouts=st.config.timeouts)
+        calls.extend(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
                      for url in entry.urls)
     await asyncio.gather(*calls)
     return web.json_response({"aborted": [e.rid for e in entries]})

@@ -3,7 +3,9 @@
 The router knows every rid it sent, so it aborts with exact rids (SGLang 0.5.23 ignores an
 abort whose rid is only a prefix of a batch's ``{rid}_{i}`` items) and tells a client's
 abort (finish and return the partial output) from the control plane's drain (resubmit
-the partial output elsewhere).
+the partial output elsewhere).  Each attempt runs on its workers under its own rid
+(``worker_rid``): SGLang aborts a request that reuses the rid of a stream that ended less
+than 2 s before, so a resubmission under the client's rid would be aborted again.
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ class InFlight:
     slots: tuple[int, ...] = ()
     urls: tuple[str, ...] = ()
     cause: EndCause | None = None
+    worker_rid: str = ""
+
+    def __post_init__(self) -> None:
+        self.worker_rid = self.worker_rid or self.rid
 
 
 @dataclass
@@ -34,10 +40,14 @@ class InFlightRegistry:
         self._by_rid[rid] = entry
         return entry
 
-    def assign(self, entry: InFlight, slots: tuple[int, ...], urls: tuple[str, ...]) -> None:
-        """Move ``entry`` to the workers of its current attempt (counts kept per slot)."""
+    def assign(self, entry: InFlight, slots: tuple[int, ...], urls: tuple[str, ...],
+               worker_rid: str | None = None) -> None:
+        """Move ``entry`` to the workers of its current attempt (counts kept per slot),
+        which know it as ``worker_rid``."""
         self._count(entry.slots, -1)
         entry.slots, entry.urls = slots, urls
+        if worker_rid is not None:
+            entry.worker_rid = worker_rid
         self._count(slots, +1)
 
     def close(self, rid: str) -> None:

@@ -87,3 +87,10 @@ AREAL_CALLS = (
     Call("areal/engine/sglang_remote.py:331", "router", "POST", "/continue_generation"),
     Call("areal/engine/sglang_remote.py:90", "router", "POST", "/generate"),
 )
+# Every call above goes to each of AReaL's server addresses (remote_inf_engine.py:1302,
+# _run_request_on_all_servers; generate: remote_inf_engine.py:866, resubmitted after an abort
+# with prompt + partial output, :908). Only when rollout is colocated with training
+# (rl_trainer.py:136) does AReaL also offload and onload its servers around each train step:
+# rl_trainer.py:490 -> sglang_remote.py:339 POST /release_memory_occupation and
+# rl_trainer.py:507 -> sglang_remote.py:350 POST /resume_memory_occupation. PEARL's router
+# does not answer those (404): not replayed, see docs/adapter.md.

@@ -97,3 +97,20 @@ def test_missing_prompt_is_400(worker):
 def test_wrong_type_is_400(worker):
     r = post(worker.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 8.5}})
     assert r.status_code == 400
+
+
+
+def test_stream_end_aborts_a_resubmission_that_reuses_its_rid(worker):
+    """SGLang aborts, 2 s after a stream ends, any live request under that stream's rid,
+    so a resubmission reusing the rid is cut short (why the router gives every attempt of
+    a request its own worker-side rid)."""
+    first = sse_events(worker.url + "/generate", {
+        "text": "resubmit me", "rid": "reused-rid", "stream": True,
+        "sampling_params": {**GREEDY, "max_new_tokens": 4}})
+    assert first[-2]["meta_info"]["finish_reason"]["type"] == "length"
+    again = sse_events(worker.url + "/generate", {
+        "text": "resubmit me", "rid": "reused-rid", "stream": True,
+        "sampling_params": {"temperature": 0, "max_new_tokens": 2000, "ignore_eos": True,
+                            "stream_interval": 64}})
+    assert again[-2]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert len(again[-2]["output_ids"]) < 2000

@@ -1,5 +1,6 @@
 """The worker API with real SGLang 0.5.23 servers on CPU started outside PEARL: a
-colocated engine and a prefill/decode pair register through the API, serve and leave."""
+colocated engine and a prefill/decode pair register through the API, serve and leave;
+ROLL v0.3.0's router calls run against them."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +10,8 @@ import pytest
 
 from pearl_sglang.control.registration import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
+from pearl_sglang.router.state import ROUTER
+from tests.adapter.test_framework_calls import Replay, roll_step
 from tests.router.conftest import running_router
 
 pytestmark = pytest.mark.realsglang
@@ -62,3 +65,17 @@ async def test_real_engines_register_serve_and_leave(real):
         assert len(out["output_ids"]) == 8
         for w in listed["workers"]:
             await c.delete(f"{base}/workers/{w['id']}")
+
+
+@pytest.mark.timeout(900)  # four 300-token requests on one CPU engine, moved once
+async def test_roll_router_calls_against_a_real_engine(real):
+    """ROLL v0.3.0's calls over one real engine: its shrink removes the engine PEARL routes
+    to and registers it again while requests are in flight, so PEARL moves them back onto
+    the same engine (under fresh worker-side rids, which SGLang does not abort)."""
+    worker, _ = real
+    async with running_router(regular=[worker.url], config=_config()) as (base, app, store):
+        async with httpx.AsyncClient(timeout=300) as c:
+            rp = Replay(c, base)
+            rp.app = app
+            await roll_step(rp, [worker.url])
+            assert app[ROUTER].dispatcher.migrations >= 1
