@@ -32,7 +32,9 @@ from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.middleware import (
     ADMIN, INFERENCE, PUBLIC, auth_middleware, errors_middleware,
 )
-from pearl_sglang.router.selection import Selector
+from pearl_sglang.core.placement import CostRates
+from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
@@ -72,9 +74,14 @@ def _record_completion(st: RouterState):
                                      if st.store.table.has(slot) else "gone").inc()
         if done.attempts > 1:
             st.metrics.migrations.inc(done.attempts - 1)
+        full_key = full_sequence_key(done.prompt_ids, done.final["output_ids"], done.key)
+        if done.target is not None:
+            # Its KV stays where it generated and its next turn is coming: work owed there.
+            ref = done.trajectory if done.trajectory is not None else (full_key[-1] if full_key else None)
+            st.loads.turn_ended(ref, done.target.main.slot, done.ended)
         st.telemetry.observe(TurnObservation(
             trajectory=done.trajectory, turn=done.turn, key=done.key,
-            full_key=full_sequence_key(done.prompt_ids, done.final["output_ids"], done.key),
+            full_key=full_key,
             prompt_tokens=meta.get("prompt_tokens") or 0, cached_tokens=meta.get("cached_tokens") or 0,
             generated_tokens=meta.get("completion_tokens") or 0, arrived_at=done.started,
             first_chunk_at=done.first_chunk_at, finished_at=done.ended, concurrency=done.concurrency,
@@ -130,13 +137,36 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
     return LocalLauncher(cluster.engine, cluster.launcher, session, outlive=cluster.state_dir is not None)
 
 
+class _ProfileRates:
+    """The cost policy's rates from the control plane's current profile (fitted by
+    telemetry), so placement and the decision engine use the same numbers; the preset
+    without a control plane (attach mode)."""
+
+    def __init__(self, st: RouterState) -> None:
+        self.st = st
+        self._tracker = None
+        self._rates = DEFAULT_RATES
+
+    def __call__(self) -> CostRates:
+        control = self.st.control
+        if control is None:
+            return DEFAULT_RATES
+        if control.tracker is not self._tracker:  # a new fit (immutable tracker: a new object)
+            self._tracker, self._rates = control.tracker, CostRates.from_profile(control.profile())
+        return self._rates
+
+
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
               launcher_factory: LauncherFactory = local_launcher,
               transport_factory: TransportFactory = HttpTransport) -> web.Application:
     config.validate()
+    routing = config.routing_policy or (cluster.routing_policy if cluster is not None else None) or "cost"
+    inflight = InFlightRegistry()
     st = RouterState(
-        config=config, store=store, selector=Selector(pushes=lambda: st.control.pushes if st.control else None),
-        inflight=InFlightRegistry(),
+        config=config, store=store,
+        selector=Selector(pushes=lambda: st.control.pushes if st.control else None, routing=routing,
+                          rates=lambda: rates()),
+        inflight=inflight, loads=LoadModel(inflight),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
         metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
@@ -146,6 +176,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
                      auth_middleware(admin_token=config.security.admin_token,
                                      api_key=config.security.api_key, access=access_class)])
     app[ROUTER] = st
+    rates = _ProfileRates(st)
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -153,7 +184,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st))
+            on_worker_failure=_on_failure(st), on_complete=_record_completion(st), loads=st.loads)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
         yield
         probe.cancel()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
+from pearl_sglang.router.routing_policy import POLICY_NAMES
 from pearl_sglang.router.worker_client import Timeouts
 
 POLICIES = ("static", "pearl")
@@ -66,10 +67,14 @@ class RouterConfig:
     health_interval_s: float = 10.0
     failures_to_open: int = 3
     breaker_cooldown_s: float = 30.0
+    # None: the cluster config's routing_policy, else "cost".
+    routing_policy: str | None = None
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.routing_policy is not None and self.routing_policy not in POLICY_NAMES:
+            raise ValueError(f"--routing-policy must be one of {POLICY_NAMES}, got {self.routing_policy!r}")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -85,6 +90,11 @@ class RouterConfig:
                                  "and borrow training GPUs; 'static' keeps a colocated deployment that "
                                  "never borrows. Attach mode only routes; PEARL does not reshape "
                                  "workers it did not launch")
+        parser.add_argument("--routing-policy", default=None, choices=POLICY_NAMES,
+                            help="where requests go: 'cost' (default: the least estimated time from the "
+                                 "runtime profile, prefix cache and queued work included), 'cache_aware' "
+                                 "(sglang-router's rule) or 'round_robin'; overrides the config's "
+                                 "routing_policy")
         parser.add_argument("--tp-size", type=int, default=1, help="GPUs per worker (attach mode)")
         parser.add_argument("--worker-urls", nargs="*", default=[], help="colocated workers")
         parser.add_argument("--prefill", nargs=2, action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
@@ -123,4 +133,5 @@ class RouterConfig:
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
+            routing_policy=args.routing_policy,
         )

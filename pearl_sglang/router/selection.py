@@ -1,15 +1,16 @@
-"""Where a request goes: pure routing over the state table (no I/O, no private copies).
+"""Where a request goes: filters over the state table, then a pluggable routing policy.
 
-Colocated mode keeps a trajectory's turns on the worker that holds its prefix (cache
-affinity), unless that worker is overloaded, excluded or no longer active; otherwise the
-least loaded worker. PD mode picks the prefill that holds the prefix (same rule) and the
-least-loaded decode. Prefix ownership is learned from the requests themselves: prompts
-are cut into fixed blocks whose chained hashes map to the slot that last served them, so
-the next turn of a trajectory (whose prompt extends the previous one) finds its worker
-without any client cooperation; an explicit trajectory id, when given, wins.
+Filters first, the same for every policy: only active workers with an endpoint, none
+that failed this request or whose circuit is open (``exclude``), none whose weights lag
+more adopted pushes than the control plane allows (its ``PushLog``, read on every
+choice; the control plane repairs such a worker). The policy (``routing_policy``) then
+picks one colocated worker, or a prefill + decode pair.
 
-A worker whose weights lag more adopted pushes than the control plane allows (its
-``PushLog``, read on every choice) is never chosen; the control plane repairs it.
+Prefix ownership is learned from the requests themselves: prompts are cut into fixed
+blocks whose chained hashes map to the workers that served them (most recent last), so
+the next turn of a trajectory (whose prompt extends the previous one) finds the workers
+that hold its prefix without client cooperation; an explicit trajectory id names the
+worker of its latest turn. Holds only learned affinity and recency, never worker state.
 """
 from __future__ import annotations
 
@@ -17,11 +18,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pearl_sglang.core.placement import CostRates, Option, WorkerLoad
+from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
+from pearl_sglang.router.routing_policy import Candidate, Request, RoutingPolicy, make_policy
 
 TOKEN_BLOCK = 64
-CHAR_BLOCK = 256
+CHAR_BLOCK = 256  # about TOKEN_BLOCK tokens of text
+DEFAULT_RATES = CostRates.from_profile(qwen3_8b_tp2())
 
 
 class NoRoute(Exception):
@@ -35,6 +40,7 @@ class Target:
     worker: WorkerRecord | None = None
     prefill: WorkerRecord | None = None
     decode: WorkerRecord | None = None
+    prefill_tokens: int = 0  # what the prefix holder must compute (context - its cached prefix)
 
     @property
     def is_pd(self) -> bool:
@@ -47,6 +53,15 @@ class Target:
     @property
     def prefix_holder(self) -> WorkerRecord:
         return self.prefill if self.prefill is not None else self.worker  # type: ignore[return-value]
+
+    @property
+    def main(self) -> WorkerRecord:
+        """The worker that generates (the decode of a pair)."""
+        return self.decode if self.decode is not None else self.worker  # type: ignore[return-value]
+
+
+def _own_prefill(request: Request, chosen: Candidate) -> int:
+    return max(0, request.context_tokens - chosen.option.matched_tokens)
 
 
 def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
@@ -62,6 +77,13 @@ def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, 
     return tuple(hashes)
 
 
+def context_tokens(input_ids: Sequence[int] | None, text: str | None) -> int:
+    """The prompt's length in tokens (text: estimated at CHAR_BLOCK / TOKEN_BLOCK chars each)."""
+    if input_ids is not None:
+        return len(input_ids)
+    return len(text or "") * TOKEN_BLOCK // CHAR_BLOCK
+
+
 def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[int] = ()) -> tuple[int, ...]:
     """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are hashed."""
     start = len(key) * TOKEN_BLOCK
@@ -75,50 +97,83 @@ def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[i
 
 @dataclass(frozen=True)
 class SelectionPolicy:
-    """Affinity yields when the holder has ``balance_abs`` more requests than the least
-    loaded worker and more than ``balance_rel`` times its load."""
+    """Bounds of the learned maps (blocks and trajectories remembered, LRU)."""
 
-    balance_abs: int = 16
-    balance_rel: float = 1.5
     max_prefix_blocks: int = 1 << 20
     max_trajectories: int = 1 << 16
 
 
 class Selector:
-    """Routing core. Holds only learned affinity, never worker state; ``pushes`` reads
-    the control plane's weight log (None: no bound, e.g. attach mode)."""
+    """Routing: filters, then ``policy``. ``pushes`` reads the control plane's weight log
+    (None: no bound, e.g. attach mode); ``rates`` the runtime profile's costs."""
 
     def __init__(self, policy: SelectionPolicy = SelectionPolicy(),
-                 pushes: Callable[[], PushLog | None] = lambda: None) -> None:
+                 pushes: Callable[[], PushLog | None] = lambda: None, *,
+                 routing: RoutingPolicy | str = "cost",
+                 rates: Callable[[], CostRates] = lambda: DEFAULT_RATES) -> None:
         self.policy = policy
         self.pushes = pushes
-        self._block_owner: OrderedDict[int, int] = OrderedDict()
+        self.routing = make_policy(routing) if isinstance(routing, str) else routing
+        self.rates = rates
+        self._blocks: OrderedDict[int, dict[int, None]] = OrderedDict()  # hash -> slots, most recent last
+        self._tree_blocks: dict[int, int] = {}                            # slot -> blocks it holds
         self._trajectory_owner: OrderedDict[str, int] = OrderedDict()
+        self._assigned: dict[int, int] = {}                               # slot -> assignment number
+        self._assignments = 0
 
-    def choose(self, table: StateTable, *, load: Mapping[int, int], key: tuple[int, ...],
-               trajectory: str | None = None, exclude: Iterable[int] = ()) -> Target:
+    def choose(self, table: StateTable, *, loads: Mapping[int, WorkerLoad], key: tuple[int, ...],
+               context: int | None = None, trajectory: str | None = None,
+               exclude: Iterable[int] = ()) -> Target:
+        """``context``: the prompt's tokens (default: its full blocks)."""
         excluded = set(exclude)
         log = self.pushes()
         if log is not None:
             excluded |= {w.slot for w in table.active() if not log.servable(w.weight_version)}
+        request = Request(key=key, context_tokens=context if context is not None else len(key) * TOKEN_BLOCK,
+                          holder=self.holder(key, trajectory), rates=self.rates())
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
         if colocated:
-            return Target(worker=self._with_affinity(colocated, load, key, trajectory))
+            c = self.routing.select_worker(self._candidates(colocated, loads, key), request)
+            return Target(worker=c.worker, prefill_tokens=_own_prefill(request, c))
         prefills = [w for w in table.active(Role.PREFILL)
                     if w.slot not in excluded and w.endpoint and w.bootstrap_port is not None]
         decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint]
         if not prefills or not decodes:
             raise NoRoute("no active colocated worker and no complete prefill/decode pair")
-        return Target(prefill=self._with_affinity(prefills, load, key, trajectory),
-                      decode=_least_loaded(decodes, load))
+        p, d = self.routing.select_pair(self._candidates(prefills, loads, key),
+                                        self._candidates(decodes, loads, ()), request)
+        return Target(prefill=p.worker, decode=d.worker, prefill_tokens=_own_prefill(request, p))
+
+    def _candidates(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
+                    key: tuple[int, ...]) -> list[Candidate]:
+        matched = self.matched_tokens(key, {w.slot for w in workers})
+        idle = WorkerLoad()
+        return [Candidate(worker=w, tree_blocks=self._tree_blocks.get(w.slot, 0), option=Option(
+            slot=w.slot, load=loads.get(w.slot, idle), matched_tokens=matched.get(w.slot, 0),
+            last_assigned=self._assigned.get(w.slot, -1))) for w in workers]
 
     def remember(self, target: Target, key: tuple[int, ...], trajectory: str | None = None) -> None:
         slot = target.prefix_holder.slot
+        for s in target.slots:
+            self._assignments += 1
+            self._assigned[s] = self._assignments
+        blocks, tree = self._blocks, self._tree_blocks
         for h in key:
-            self._block_owner[h] = slot
-            self._block_owner.move_to_end(h)
-        while len(self._block_owner) > self.policy.max_prefix_blocks:
-            self._block_owner.popitem(last=False)
+            owners = blocks.get(h)
+            if owners is None:
+                blocks[h] = {slot: None}
+                tree[slot] = tree.get(slot, 0) + 1
+            else:
+                if slot in owners:
+                    del owners[slot]
+                else:
+                    tree[slot] = tree.get(slot, 0) + 1
+                owners[slot] = None
+                blocks.move_to_end(h)
+        while len(blocks) > self.policy.max_prefix_blocks:
+            _, owners = blocks.popitem(last=False)
+            for s in owners:
+                tree[s] -= 1
         if trajectory is not None:
             self._trajectory_owner[trajectory] = slot
             self._trajectory_owner.move_to_end(trajectory)
@@ -126,24 +181,32 @@ class Selector:
                 self._trajectory_owner.popitem(last=False)
 
     def holder(self, key: tuple[int, ...], trajectory: str | None = None) -> int | None:
+        """The worker of the trajectory's latest turn, else the latest server of the
+        longest known prefix."""
         if trajectory is not None and trajectory in self._trajectory_owner:
             return self._trajectory_owner[trajectory]
         for h in reversed(key):
-            if h in self._block_owner:
-                return self._block_owner[h]
+            owners = self._blocks.get(h)
+            if owners:
+                return next(reversed(owners))
         return None
 
-    def _with_affinity(self, workers: list[WorkerRecord], load: Mapping[int, int],
-                       key: tuple[int, ...], trajectory: str | None) -> WorkerRecord:
-        least = _least_loaded(workers, load)
-        slot = self.holder(key, trajectory)
-        holder = next((w for w in workers if w.slot == slot), None)
-        if holder is None:
-            return least
-        held, lowest = load.get(holder.slot, 0), load.get(least.slot, 0)
-        overloaded = held - lowest > self.policy.balance_abs and held > self.policy.balance_rel * lowest
-        return least if overloaded else holder
+    def matched_tokens(self, key: tuple[int, ...], slots: set[int]) -> dict[int, int]:
+        """Tokens of ``key``'s prefix that each of ``slots`` holds (chained hashes: holding a
+        block means holding the blocks before it)."""
+        found: dict[int, int] = {}
+        if not key or not self._blocks:
+            return found
+        blocks = self._blocks
+        for i in range(len(key) - 1, -1, -1):
+            owners = blocks.get(key[i])
+            if owners:
+                for s in owners:
+                    if s in slots and s not in found:
+                        found[s] = (i + 1) * TOKEN_BLOCK
+                if len(found) == len(slots):
+                    break
+        return found
 
-
-def _least_loaded(workers: list[WorkerRecord], load: Mapping[int, int]) -> WorkerRecord:
-    return min(workers, key=lambda w: (load.get(w.slot, 0), w.slot))
+    def state(self) -> dict[str, object]:
+        return {"routing_policy": self.routing.name, "cached_blocks": dict(sorted(self._tree_blocks.items()))}

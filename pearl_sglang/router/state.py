@@ -13,6 +13,7 @@ from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.dispatch import Dispatcher
 from pearl_sglang.router.health import CircuitBreakers
 from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.telemetry import TelemetryCollector
@@ -24,6 +25,7 @@ class RouterState:
     store: StateStore
     selector: Selector
     inflight: InFlightRegistry
+    loads: LoadModel
     gate: AdmissionGate
     breakers: CircuitBreakers
     metrics: RouterMetrics

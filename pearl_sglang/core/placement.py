@@ -1,0 +1,137 @@
+"""Where one request should run: per-worker time estimates from the runtime profile.
+
+The router asks this module, for each worker that may take a request, how long the
+request would take there, and picks the cheapest.  The estimate uses the same paper
+symbols (``profile``) that the decision engine uses, so placement and the choice of mode
+and ratio agree about what prefill and decode cost:
+
+* prefill: the request's context minus the prefix the worker already holds, plus the
+  prefill tokens already queued there, times ``t_prefill``;
+* decode: ``r`` tokens at the worker's concurrency once this request joins it,
+  ``r * (A + b * (sequences + 1))``, where the sequences are the running ones plus the
+  trajectories that are between turns there (their KV is resident and their next turn
+  is coming: work the worker still owes).
+
+A group of requests that share a prompt therefore spreads while a copy of the prompt's
+prefill costs less than queueing behind the group's decodes, and a trajectory stays
+where its prefix is while that worker stays the cheapest (within ``margin_s``, so
+near-equal workers do not make it hop).  Ties go to the worker that was assigned least
+recently, so sequential requests on an idle pool rotate instead of piling on one slot.
+
+Invariants (tested with Hypothesis): the choice costs at most ``margin_s`` more than the
+cheapest worker; the prefix holder is kept whenever it is within ``margin_s`` of the
+cheapest; among workers of equal cost the least recently assigned wins.  Pure: no I/O,
+no clock; the caller passes snapshots.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.profile import Profile
+
+
+@dataclass(frozen=True)
+class CostRates:
+    """The profile symbols placement needs (seconds per token / iteration / sequence)."""
+
+    t_prefill: float
+    A: float
+    b: float
+    r: float
+
+    @classmethod
+    def from_profile(cls, p: Profile) -> "CostRates":
+        return cls(t_prefill=p.t_prefill, A=p.A, b=p.b, r=max(p.r, 1.0))
+
+    def validate(self) -> None:
+        for name in ("t_prefill", "A", "b", "r"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise InvalidConfig(f"{name} must be a finite number >= 0, got {value!r}", key=name)
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What one worker has to do already, as the router sees it.
+
+    ``owed`` counts trajectories between turns whose next turn is expected there
+    (fractional weights allowed: the caller may discount ones likely to have ended).
+    """
+
+    queued_prefill_tokens: int = 0
+    running: int = 0
+    owed: float = 0.0
+
+    @property
+    def sequences(self) -> float:
+        return self.running + self.owed
+
+    @property
+    def idle(self) -> bool:
+        return self.queued_prefill_tokens == 0 and self.running == 0 and self.owed == 0
+
+
+@dataclass(frozen=True)
+class Option:
+    """One worker that may take the request.
+
+    ``matched_tokens``: the prefix of the request's context this worker holds (learned
+    block map); ``last_assigned``: a sequence number of its latest assignment (-1: never),
+    the tie-break. The request's own trajectory is not in ``load.owed`` (it does not queue
+    behind itself).
+    """
+
+    slot: int
+    load: WorkerLoad
+    matched_tokens: int = 0
+    last_assigned: int = -1
+
+
+def prefill_seconds(rates: CostRates, option: Option, context_tokens: int) -> float:
+    """Queued prefill plus what this request must compute there."""
+    own = max(0, context_tokens - option.matched_tokens)
+    return rates.t_prefill * (option.load.queued_prefill_tokens + own)
+
+
+def decode_seconds(rates: CostRates, option: Option) -> float:
+    """This request's ``r`` tokens at the concurrency it would join."""
+    return rates.r * (rates.A + rates.b * (option.load.sequences + 1))
+
+
+def colocated_cost(rates: CostRates, option: Option, context_tokens: int) -> float:
+    return prefill_seconds(rates, option, context_tokens) + decode_seconds(rates, option)
+
+
+def cheapest(options: Sequence[Option], costs: Sequence[float], *, margin_s: float = 0.0,
+             holder: int | None = None) -> Option:
+    """The minimum-cost option; the prefix ``holder`` wins while it is within ``margin_s``
+    of the minimum; equal costs go to the least recently assigned (slot only orders
+    workers never assigned, once)."""
+    if not options:
+        raise InvalidConfig("no worker to choose from", key="options")
+    best = min(range(len(options)), key=lambda i: (costs[i], options[i].last_assigned, options[i].slot))
+    if holder is not None and holder != options[best].slot:
+        for i, o in enumerate(options):
+            if o.slot == holder and costs[i] <= costs[best] + margin_s:
+                return o
+    return options[best]
+
+
+def choose_colocated(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
+                     margin_s: float = 0.0, holder: int | None = None) -> Option:
+    costs = [colocated_cost(rates, o, context_tokens) for o in options]
+    return cheapest(options, costs, margin_s=margin_s, holder=holder)
+
+
+def choose_pair(rates: CostRates, prefills: Sequence[Option], decodes: Sequence[Option], *,
+                context_tokens: int, margin_s: float = 0.0,
+                holder: int | None = None) -> tuple[Option, Option]:
+    """PD: the prefill side by its prefill time (its prefix included), the decode side by
+    the concurrency it would join; the two are independent."""
+    p = cheapest(prefills, [prefill_seconds(rates, o, context_tokens) for o in prefills],
+                 margin_s=margin_s, holder=holder)
+    d = cheapest(decodes, [decode_seconds(rates, o) for o in decodes])
+    return p, d

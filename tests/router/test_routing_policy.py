@@ -1,0 +1,93 @@
+"""Routing policies behind the same filters, and the load model's owed work."""
+from __future__ import annotations
+
+import pytest
+
+from pearl_sglang.control.attach import attached_table
+from pearl_sglang.core.placement import WorkerLoad
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.selection import TOKEN_BLOCK, Selector, prefix_key
+
+
+def _table(n: int):
+    return attached_table(regular=tuple(f"http://w{i}" for i in range(n)))
+
+
+def _route(sel: Selector, table, key, loads=None, trajectory=None):
+    target = sel.choose(table, loads=loads or {}, key=key, context=len(key) * TOKEN_BLOCK, trajectory=trajectory)
+    sel.remember(target, key, trajectory)
+    return target.worker.slot
+
+
+def test_cost_spreads_a_group_that_cache_aware_keeps_on_one_worker():
+    table = _table(4)
+    key = prefix_key(list(range(2048)), None)
+    for name, expected in (("cost", [2, 2, 2, 2]), ("cache_aware", [8, 0, 0, 0])):
+        sel, running = Selector(routing=name), {s: 0 for s in range(4)}
+        for _ in range(8):
+            slot = _route(sel, table, key, {s: WorkerLoad(running=n) for s, n in running.items()})
+            running[slot] += 1
+        assert sorted(running.values(), reverse=True) == expected, name
+
+
+def test_cache_aware_yields_to_load_past_sglang_routers_thresholds():
+    table = _table(2)
+    key = prefix_key(list(range(640)), None)
+    sel = Selector(routing="cache_aware")
+    assert _route(sel, table, key) == 0
+    # 64 more requests and 1.5x the load: the holder still wins; 65 more: the idlest.
+    assert _route(sel, table, key, {0: WorkerLoad(running=64)}) == 0
+    assert _route(sel, table, key, {0: WorkerLoad(running=65)}) == 1
+    # Below the cache threshold: the worker with the smallest prefix tree.
+    assert _route(sel, table, prefix_key(list(range(10_000, 10_640)), None)) == 1 - sel.holder(key)
+
+
+def test_round_robin_and_cost_rotate_short_requests_over_the_pool():
+    table = _table(5)
+    for name in ("round_robin", "cost"):
+        sel = Selector(routing=name)
+        assert sorted(_route(sel, table, ()) for _ in range(5)) == [0, 1, 2, 3, 4], name
+
+
+def test_a_trajectory_follows_its_prefix_under_cost():
+    table = _table(3)
+    sel = Selector(routing="cost")
+    ids = list(range(8192))
+    first = _route(sel, table, prefix_key(ids, None), trajectory="t")
+    loads = {s: WorkerLoad(running=1) for s in range(3) if s != first}
+    nxt = _route(sel, table, prefix_key(ids + list(range(300)), None), loads={**loads, first: WorkerLoad(running=2)},
+                 trajectory="t")
+    assert nxt == first
+
+
+def test_unknown_routing_policy_is_a_config_error():
+    with pytest.raises(ValueError, match="--routing-policy"):
+        RouterConfig(routing_policy="random").validate()
+
+
+def test_owed_trajectories_count_until_their_next_turn_or_expiry():
+    loads = LoadModel(InFlightRegistry(), owed_ttl_s=10.0)
+    loads.turn_ended("a", 0, now=0.0)
+    loads.turn_ended("b", 0, now=1.0)
+    loads.turn_ended(12345, 1, now=2.0)        # anonymous: the last block of prompt + output
+    snap = loads.snapshot(3.0)
+    assert (snap[0].owed, snap[1].owed) == (2.0, 1.0)
+    loads.turn_started(("a",))
+    loads.turn_started((999, 12345, 7))        # the next prompt's blocks, newest first
+    assert loads.snapshot(3.0)[0].owed == 1.0 and 1 not in loads.snapshot(3.0)
+    assert 0 not in loads.snapshot(11.5)       # b expired
+
+
+def test_queued_prefill_counts_until_the_first_chunk_and_reports_merge():
+    loads = LoadModel(InFlightRegistry())
+    loads.prefill_sent("r1", 2, 4000)
+    loads.prefill_sent("r2", 2, 1000)
+    assert loads.snapshot(0.0)[2].queued_prefill_tokens == 5000
+    loads.prefill_done("r1")
+    loads.prefill_done("r1")
+    assert loads.snapshot(0.0)[2].queued_prefill_tokens == 1000
+    loads.report(3, requests=7, now=0.0)
+    assert loads.snapshot(1.0)[3].running == 7
+    assert 3 not in loads.snapshot(100.0) or loads.snapshot(100.0)[3].running == 0
