@@ -37,6 +37,7 @@ from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
+from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 
 LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
@@ -68,6 +69,17 @@ def _record_completion(st: RouterState):
         st.metrics.tokens.labels("prompt").inc(meta.get("prompt_tokens") or 0)
         st.metrics.tokens.labels("cached").inc(meta.get("cached_tokens") or 0)
         st.metrics.tokens.labels("completion").inc(meta.get("completion_tokens") or 0)
+        if done.target is not None:
+            # Prefill and cache hits on the prefix holder, generation on the generating worker.
+            holder, main = done.target.prefix_holder.slot, done.target.main.slot
+            prompt, cached = meta.get("prompt_tokens") or 0, meta.get("cached_tokens") or 0
+            generated = meta.get("completion_tokens") or 0
+            if holder == main:
+                st.utilization.completed(main, prompt_tokens=prompt, cached_tokens=cached,
+                                         generated_tokens=generated)
+            else:
+                st.utilization.completed(holder, prompt_tokens=prompt, cached_tokens=cached, generated_tokens=0)
+                st.utilization.completed(main, prompt_tokens=0, cached_tokens=0, generated_tokens=generated)
         for slot in done.target.slots if done.target else ():
             st.breakers.success(slot)
             st.metrics.routed.labels(str(slot), st.store.table.worker(slot).role.value
@@ -161,7 +173,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
               transport_factory: TransportFactory = HttpTransport) -> web.Application:
     config.validate()
     routing = config.routing_policy or (cluster.routing_policy if cluster is not None else None) or "cost"
-    inflight = InFlightRegistry()
+    utilization = Utilization(clock=lambda: asyncio.get_running_loop().time())
+    inflight = InFlightRegistry(on_count=utilization.occupancy)
     st = RouterState(
         config=config, store=store,
         selector=Selector(pushes=lambda: st.control.pushes if st.control else None, routing=routing,
@@ -169,7 +182,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         inflight=inflight, loads=LoadModel(inflight),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
-        metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
+        metrics=RouterMetrics(lambda: store.table, utilization.current_totals), telemetry=TelemetryCollector(),
+        utilization=utilization, streams_by_client={})
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[errors_middleware, _count_requests,

@@ -17,6 +17,7 @@ from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.telemetry import TelemetryCollector
+from pearl_sglang.router.utilization import Utilization
 
 
 @dataclass
@@ -30,6 +31,7 @@ class RouterState:
     breakers: CircuitBreakers
     metrics: RouterMetrics
     telemetry: TelemetryCollector
+    utilization: Utilization
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None

@@ -91,3 +91,26 @@ def test_queued_prefill_counts_until_the_first_chunk_and_reports_merge():
     loads.report(3, requests=7, now=0.0)
     assert loads.snapshot(1.0)[3].running == 7
     assert 3 not in loads.snapshot(100.0) or loads.snapshot(100.0)[3].running == 0
+
+
+def test_utilization_counts_busy_time_tokens_and_steps():
+    from pearl_sglang.router.utilization import Utilization
+
+    now = [0.0]
+    u = Utilization(clock=lambda: now[0])
+    u.occupancy(0, 0, 1)
+    now[0] = 2.0
+    u.occupancy(0, 1, 2)
+    u.completed(0, prompt_tokens=1000, cached_tokens=600, generated_tokens=50)
+    now[0] = 3.0
+    u.occupancy(0, 2, 0)
+    u.occupancy(1, 0, 1)
+    now[0] = 4.0
+    step = u.close_step()                     # slot 1 is still busy: its second is split off
+    assert step["workers"]["0"] == {"busy_s": 3.0, "prefill_tokens": 400, "generated_tokens": 50,
+                                    "cached_tokens": 600, "requests": 1}
+    assert step["workers"]["1"]["busy_s"] == 1.0
+    assert step["busy_busiest_over_mean"] == 1.5
+    now[0] = 5.0
+    assert u.state()["current_step"]["workers"]["1"]["busy_s"] == 1.0
+    assert u.current_totals()[1].busy_s == 2.0
