@@ -274,6 +274,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
 
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
                                      security=Security(admin_token=TOKEN), health_interval_s=10.0,
+                                     load_poll_interval_s=0,  # the router is the workers' only client
                                      dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
         app = build_app(router_config, store, cluster, launcher_factory=factory,
                         transport_factory=_transport_factory(config, launchers))

@@ -34,6 +34,7 @@ from pearl_sglang.router.middleware import (
 )
 from pearl_sglang.core.placement import CostRates
 from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.load_probe import load_probe_loop
 from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
@@ -179,7 +180,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         config=config, store=store,
         selector=Selector(pushes=lambda: st.control.pushes if st.control else None, routing=routing,
                           rates=lambda: rates()),
-        inflight=inflight, loads=LoadModel(inflight),
+        inflight=inflight, loads=LoadModel(inflight, report_ttl_s=max(5.0, 3 * config.load_poll_interval_s)),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
         metrics=RouterMetrics(lambda: store.table, utilization.current_totals), telemetry=TelemetryCollector(),
@@ -200,10 +201,14 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
             on_worker_failure=_on_failure(st), on_complete=_record_completion(st), loads=st.loads)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+        load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
+                      if config.load_poll_interval_s > 0 else None)
         yield
-        probe.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await probe
+        for task in (probe, load_probe):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)

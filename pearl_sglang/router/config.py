@@ -69,12 +69,17 @@ class RouterConfig:
     breaker_cooldown_s: float = 30.0
     # None: the cluster config's routing_policy, else "cost".
     routing_policy: str | None = None
+    # Read workers' own running + waiting requests this often for placement (0: never;
+    # the router's own counts only).
+    load_poll_interval_s: float = 2.0
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
         if self.routing_policy is not None and self.routing_policy not in POLICY_NAMES:
             raise ValueError(f"--routing-policy must be one of {POLICY_NAMES}, got {self.routing_policy!r}")
+        if not self.load_poll_interval_s >= 0:
+            raise ValueError("--load-poll-interval-s must be >= 0")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -112,6 +117,9 @@ class RouterConfig:
         parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s)
         parser.add_argument("--admission-wait-s", type=float, default=60.0)
         parser.add_argument("--health-interval-s", type=float, default=10.0)
+        parser.add_argument("--load-poll-interval-s", type=float, default=2.0,
+                            help="read each worker's own running + waiting requests this often for "
+                                 "placement (0: only the router's own counts)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -133,5 +141,5 @@ class RouterConfig:
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
-            routing_policy=args.routing_policy,
+            routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
         )
