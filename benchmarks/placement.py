@@ -58,6 +58,7 @@ from pearl_sglang.emulator import server as emu  # noqa: E402
 from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
 from pearl_sglang.router.app import build_app  # noqa: E402
 from pearl_sglang.router.config import RouterConfig, Security  # noqa: E402
+from pearl_sglang.router.state import ROUTER  # noqa: E402
 
 PEARL_POLICIES = ("cost", "cache_aware", "round_robin")
 SGLANG_POLICIES = ("cache_aware", "round_robin")
@@ -145,6 +146,10 @@ class PearlTarget:
                 table = table.put(replace(w, activity=Activity.ACTIVE))
         self.store.replace_locked(table)
 
+    def migrations(self) -> int | None:
+        """Requests moved mid-generation (none should be, for placement)."""
+        return self.runner.app[ROUTER].dispatcher.migrations
+
     async def __aexit__(self, *exc: object) -> None:
         await self.runner.cleanup()
 
@@ -185,6 +190,9 @@ class SglangTarget:
         for url in self.pool.urls[self.active:]:
             async with session.post(self.url + "/add_worker", params={"url": url}) as r:
                 await r.read()
+
+    def migrations(self) -> int | None:
+        return None
 
     async def __aexit__(self, *exc: object) -> None:
         self.proc.terminate()
@@ -243,7 +251,7 @@ async def run_one(target, pool: Pool, wl: Workload, time_scale: float, *, join: 
         after = pool.counters()
     per_worker = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
     result: dict[str, Any] = {"target": target.name, "rollout_s": elapsed * time_scale,
-                              "per_worker": per_worker, **balance(per_worker)}
+                              "per_worker": per_worker, "migrations": target.migrations(), **balance(per_worker)}
     if at_join is not None:
         half = len(pool.workers) - target.active
         after_join = [a["generated_tokens"] - j["generated_tokens"] for a, j in zip(after, at_join)]

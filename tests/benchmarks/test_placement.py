@@ -18,4 +18,5 @@ def test_quick_placement_spreads_groups_and_feeds_joined_workers():
     assert cost["cache_hit_rate"] >= aware["cache_hit_rate"] - 0.05
     join = rows[("join", "pearl cost")]["join"]
     assert join["new_workers_share"] >= 0.35
+    assert rows[("join", "pearl cost")]["migrations"] == 0   # moved at turn boundaries only
     assert rows[("join", "pearl cache_aware")]["join"]["new_workers_share"] == 0.0
