@@ -74,8 +74,8 @@ def test_owed_trajectories_count_until_their_next_turn_or_expiry():
     loads.turn_ended(12345, 1, now=2.0)        # anonymous: the last block of prompt + output
     snap = loads.snapshot(3.0)
     assert (snap[0].owed, snap[1].owed) == (2.0, 1.0)
-    loads.turn_started(("a",))
-    loads.turn_started((999, 12345, 7))        # the next prompt's blocks, newest first
+    loads.turn_started("a")
+    loads.turn_started(None, (7, 12345, 999))  # the next prompt's blocks
     assert loads.snapshot(3.0)[0].owed == 1.0 and 1 not in loads.snapshot(3.0)
     assert 0 not in loads.snapshot(11.5)       # b expired
 
