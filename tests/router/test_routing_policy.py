@@ -114,3 +114,17 @@ def test_utilization_counts_busy_time_tokens_and_steps():
     now[0] = 5.0
     assert u.state()["current_step"]["workers"]["1"]["busy_s"] == 1.0
     assert u.current_totals()[1].busy_s == 2.0
+
+
+async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
+    from pearl_sglang.router.app import _ProfileRates
+    from pearl_sglang.router.selection import DEFAULT_RATES
+
+    class _St:
+        control = None
+
+    rates = _ProfileRates(_St())
+    assert rates() == DEFAULT_RATES
+    for _ in range(200):
+        rates.observe_generated(96)
+    assert abs(rates().r - 96) < 1 and rates().b == DEFAULT_RATES.b
