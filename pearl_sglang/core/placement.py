@@ -14,13 +14,13 @@ and ratio agree about what prefill and decode cost:
 
 A group of requests that share a prompt therefore spreads while a copy of the prompt's
 prefill costs less than queueing behind the group's decodes, and a trajectory stays
-where its prefix is while that worker stays the cheapest (within ``margin_s``, so
-near-equal workers do not make it hop).  Ties go to the worker that was assigned least
+where its prefix is while that worker stays the cheapest (within a relative ``margin``,
+so near-equal workers do not make it hop).  Ties go to the worker that was assigned least
 recently, so sequential requests on an idle pool rotate instead of piling on one slot.
 
-Invariants (tested with Hypothesis): the choice costs at most ``margin_s`` more than the
-cheapest worker; the prefix holder is kept whenever it is within ``margin_s`` of the
-cheapest; among workers of equal cost the least recently assigned wins.  Pure: no I/O,
+Invariants (tested with Hypothesis): the choice costs at most ``1 + margin`` times the
+cheapest worker's; the prefix holder is kept whenever it is within that; among workers of
+equal cost the least recently assigned wins.  Pure: no I/O,
 no clock; the caller passes snapshots.
 """
 from __future__ import annotations
@@ -109,17 +109,17 @@ def colocated_cost(rates: CostRates, option: Option, context_tokens: int) -> flo
     return prefill_seconds(rates, option, context_tokens) + decode_seconds(rates, option)
 
 
-def cheapest(options: Sequence[Option], costs: Sequence[float], *, margin_s: float = 0.0,
+def cheapest(options: Sequence[Option], costs: Sequence[float], *, margin: float = 0.0,
              holder: int | None = None) -> int:
-    """Index of the minimum-cost option; the prefix ``holder`` wins while it is within
-    ``margin_s`` of the minimum; equal costs go to the least recently assigned (slot only
-    orders workers never assigned, once)."""
+    """Index of the minimum-cost option; the prefix ``holder`` wins while its cost is within
+    ``1 + margin`` times the minimum; equal costs go to the least recently assigned (slot
+    only orders workers never assigned, once)."""
     if not options:
         raise InvalidConfig("no worker to choose from", key="options")
     best = min(range(len(options)), key=lambda i: (costs[i], options[i].last_assigned, options[i].slot))
     if holder is not None and holder != options[best].slot:
         for i, o in enumerate(options):
-            if o.slot == holder and costs[i] <= costs[best] + margin_s:
+            if o.slot == holder and costs[i] <= costs[best] * (1.0 + margin):
                 return i
     return best
 
@@ -137,17 +137,17 @@ def colocated_costs(rates: CostRates, options: Sequence[Option], context_tokens:
 
 
 def choose_colocated(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
-                     margin_s: float = 0.0, holder: int | None = None) -> int:
+                     margin: float = 0.0, holder: int | None = None) -> int:
     """Index of the option to use."""
-    return cheapest(options, colocated_costs(rates, options, context_tokens), margin_s=margin_s, holder=holder)
+    return cheapest(options, colocated_costs(rates, options, context_tokens), margin=margin, holder=holder)
 
 
 def choose_pair(rates: CostRates, prefills: Sequence[Option], decodes: Sequence[Option], *,
-                context_tokens: int, margin_s: float = 0.0,
+                context_tokens: int, margin: float = 0.0,
                 holder: int | None = None) -> tuple[int, int]:
     """PD: indexes of the prefill (by its prefill time, its prefix included) and of the
     decode (by the concurrency it would join); the two are independent."""
     p = cheapest(prefills, [prefill_seconds(rates, o, context_tokens) for o in prefills],
-                 margin_s=margin_s, holder=holder)
+                 margin=margin, holder=holder)
     d = cheapest(decodes, [decode_seconds(rates, o) for o in decodes])
     return p, d

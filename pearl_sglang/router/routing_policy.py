@@ -54,20 +54,20 @@ class RoutingPolicy(Protocol):
 
 @dataclass(frozen=True)
 class CostPolicy:
-    """``margin_s``: how much cheaper another worker must be before a trajectory leaves the
-    worker that holds its prefix (no hopping between near-equal workers)."""
+    """``margin``: how much cheaper (relative) another worker must be before a trajectory
+    leaves the worker that holds its prefix (no hopping between near-equal workers)."""
 
-    margin_s: float = 0.05
+    margin: float = 0.05
     name: str = PolicyName.COST.value
 
     def select_worker(self, options: Sequence[Option], request: Request) -> int:
         return choose_colocated(request.rates, options, context_tokens=request.context_tokens,
-                                margin_s=self.margin_s, holder=request.holder)
+                                margin=self.margin, holder=request.holder)
 
     def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
                     request: Request) -> tuple[int, int]:
         return choose_pair(request.rates, prefills, decodes, context_tokens=request.context_tokens,
-                           margin_s=self.margin_s, holder=request.holder)
+                           margin=self.margin, holder=request.holder)
 
 
 def _least_running(options: Sequence[Option]) -> int:
