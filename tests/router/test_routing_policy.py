@@ -128,3 +128,20 @@ async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
     for _ in range(200):
         rates.observe_generated(96)
     assert abs(rates().r - 96) < 1 and rates().b == DEFAULT_RATES.b
+
+
+def test_the_cluster_config_names_the_routing_policy_and_the_flag_wins(tiny_model_dir):
+    from pearl_sglang.control.cluster_config import ConfigError
+    from pearl_sglang.control.state_store import StateStore
+    from pearl_sglang.router.app import build_app
+    from pearl_sglang.router.state import ROUTER
+    from tests.control.conftest import cluster_config
+
+    with pytest.raises(ConfigError, match="routing_policy"):
+        cluster_config(tiny_model_dir, routing_policy="random")
+    cluster = cluster_config(tiny_model_dir, routing_policy="round_robin")
+    store = StateStore(_table(2))
+    assert build_app(RouterConfig(), store, cluster)[ROUTER].selector.routing.name == "round_robin"
+    flag = RouterConfig(routing_policy="cache_aware")
+    assert build_app(flag, store, cluster)[ROUTER].selector.routing.name == "cache_aware"
+    assert build_app(RouterConfig(), store)[ROUTER].selector.routing.name == "cost"
