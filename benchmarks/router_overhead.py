@@ -264,7 +264,7 @@ def summarize_runs(rows: list[dict[str, Any]], targets: list[Target]) -> dict[st
         for phase, keys in (("lat_c", ("p50_ms", "p99_ms")), ("lat_1", ("p50_ms", "p99_ms")), ("tp", ("rps",))):
             for key in keys:
                 p = cells.get(f"{mode}/{phase}/pearl", {}).get(key)
-                for other in ("direct", "sglang-router"):
+                for other in ("direct", "sglang-router", "pearl-baseline"):
                     o = cells.get(f"{mode}/{phase}/{other}", {}).get(key)
                     r = ratio(p, o)
                     if r is not None:
@@ -300,7 +300,9 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
                 f"| {f(lc.get('chunks_mean'), '.1f') if mode == 'stream' else '-'} |")
     lines += ["", "| ratio (PEARL / other) | mode | p50@C | p99@C | p50@1 | p99@1 | max rps |",
               "|---|---|---|---|---|---|---|"]
-    for other in ("direct", "sglang-router"):
+    for other in ("direct", "sglang-router", "pearl-baseline"):
+        if not any(k.endswith(f"pearl_over_{other}") for k in ratios):
+            continue
         for mode in MODES:
             def r(phase: str, key: str) -> str:
                 return f(ratios.get(f"{mode}/{phase}/{key}/pearl_over_{other}"))
@@ -339,17 +341,21 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
     targets = [Target("direct", urls)]
     routers = []
 
-    def pearl(name: str, interval: int | None) -> ServerProcess:
+    def pearl(name: str, interval: int | None, src: Path | None = None) -> ServerProcess:
         port = free_port()
         argv = [py, "-m", "pearl_sglang.router", "--host", "127.0.0.1", "--port", str(port),
                 "--log-level", "WARNING", "--worker-urls", *urls]
         if interval is not None:
             argv += ["--internal-stream-interval", str(interval)]
-        return spawn(name, argv, port, health="/readiness")
+        return spawn(name, argv, port, health="/readiness", extra_env={"PYTHONPATH": str(src)} if src else None)
 
     p = pearl("pearl", None)
     routers.append(p)
     targets.append(Target("pearl", [p.url], pid=p.pid))
+    if args.baseline_src is not None:  # the same router from another checkout: before/after, one run
+        b = pearl("pearl-baseline", None, args.baseline_src)
+        routers.append(b)
+        targets.append(Target("pearl-baseline", [b.url], pid=b.pid))
     sgl = None
     if not args.no_sglang_router:
         try:
@@ -415,6 +421,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--time-scale", type=float, default=100.0, help="emulated seconds per real second")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-sglang-router", action="store_true")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also run PEARL's router from this checkout (target pearl-baseline), e.g. the "
+                         "commit before a change, to compare before and after in one run")
     ap.add_argument("--no-interval1", dest="interval1", action="store_false",
                     help="skip PEARL with --internal-stream-interval 1 (streaming only)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "router_overhead.json")

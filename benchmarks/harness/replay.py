@@ -214,6 +214,8 @@ class Recorder:
             "error_samples": list(r.error_samples[:2]),
             "topology": label(counts), "roles": counts, "borrowing": bool(control.get("borrowing")),
             "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
+            # The router's per-worker utilization of this step's rollout (closed at train_begin).
+            "utilization": (self.last_state.get("utilization") or {}).get("last_step"),
         }
         self.steps.append(row)
         if self.verbose:
@@ -228,6 +230,8 @@ def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
     throughput (generated tokens / rollout seconds) that fixed-resource experiments compare."""
     measured = [s for s in steps[1:] if s["in_window"]] or steps[1:] or steps
     tokens = sum(s["generated_tokens"] + s["training_tokens"] for s in measured)
+    balance = [u["busy_busiest_over_mean"] for s in measured
+               if (u := s.get("utilization")) and u.get("busy_busiest_over_mean") is not None]
     duration = sum(s["duration_s"] for s in measured)
     rollout_s = sum(s["rollout_s"] for s in measured)
     return {
@@ -238,6 +242,9 @@ def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_step_s": duration / len(measured) if measured else 0.0,
         "errors": sum(s["errors"] for s in steps),
         "failed_trajectories": sum(s["failed_trajectories"] for s in steps),
+        # Busiest worker's busy time over the mean, per step: an idle part of the pool shows here.
+        "busy_busiest_over_mean_max": max(balance) if balance else None,
+        "busy_busiest_over_mean_mean": sum(balance) / len(balance) if balance else None,
     }
 
 
@@ -280,6 +287,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
 
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
                                      security=Security(admin_token=TOKEN), health_interval_s=10.0,
+                                     load_poll_interval_s=0,  # the router is the workers' only client
                                      dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
         app = build_app(router_config, store, cluster, launcher_factory=factory,
                         transport_factory=_transport_factory(config, launchers))
@@ -416,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     where = config.trace_file or f"segment {config.segment}"
     print(f"{config.system} {config.model} {where} ({result['config']['trace_start_h']} h, "
           f"{config.minutes:g} min): {s['steps']} steps, mean {s['mean_throughput_tok_s']:.0f} tok/s "
-          f"(token-weighted {s['token_weighted_throughput_tok_s']:.0f}), errors {s['errors']}; "
+          f"(token-weighted {s['token_weighted_throughput_tok_s']:.0f}), errors {s['errors']}, "
+          f"busiest/mean busy per step max {s['busy_busiest_over_mean_max']}; "
           f"trace answers {_answers_line(result['trace']['answers'])}; "
           f"replayed {run['virtual_s'] / 60:.1f} virtual min in {run['real_s']:.1f} s real "
           f"({run['cpu_s']:.1f} s CPU)", flush=True)

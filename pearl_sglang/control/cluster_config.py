@@ -20,6 +20,7 @@ Example (``examples/cluster-emulated.yaml``)::
     deadlines: {train_begin_s: 60, leave_s: 30, join_s: 900, drain_s: 20}
     weights: {max_staleness: 0, group_init_timeout_s: 600}
     recovery: {pd_probe_backoff_s: [1, 5, 20]}
+    routing_policy: cost        # or cache_aware, round_robin
 
 Every key is documented on its dataclass below; unknown keys are errors (a typo must not
 silently fall back to a default).
@@ -33,6 +34,8 @@ from typing import Any, Mapping
 
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.profile import Profile
+
+ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
 
 
 def fixed_ratio(pd_mode: str) -> tuple[int, int] | None:
@@ -196,6 +199,9 @@ class ClusterConfig:
     # Where the crash-safe control record lives (None: no persistence; workers then die
     # with the router). See ``control/persistence.py``.
     state_dir: str | None = None
+    # How the router places requests: "cost" (the default), "cache_aware" (sglang-router's
+    # rule) or "round_robin"; None leaves it to the router's --routing-policy.
+    routing_policy: str | None = None
 
     def validate(self) -> None:
         self.engine.validate()
@@ -210,6 +216,9 @@ class ClusterConfig:
         if self.pd_mode not in ("auto", "colocated", "disaggregated") and fixed_ratio(self.pd_mode) is None:
             raise ConfigError(f"pd_mode must be auto, colocated, disaggregated or a fixed P:D ratio "
                               f"such as '3:5', got {self.pd_mode!r}")
+        if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
+            raise ConfigError(f"routing_policy must be one of {', '.join(ROUTING_POLICIES)}, "
+                              f"got {self.routing_policy!r}")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ClusterConfig":
@@ -244,6 +253,7 @@ class ClusterConfig:
             pd_mode=data.get("pd_mode", "auto"),
             time_scale=data.get("time_scale", 1.0),
             state_dir=data.get("state_dir"),
+            routing_policy=data.get("routing_policy"),
         )
         config.validate()
         return config

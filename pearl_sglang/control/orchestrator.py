@@ -296,6 +296,7 @@ class Orchestrator(WeightPushes):
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
+        self.executor.router.utilization.close_step()
         step = self.executor.router.telemetry.drain().scaled(self.config.time_scale)
         if step.turns:
             try:

@@ -102,6 +102,8 @@ async def pearl_state(request: web.Request) -> web.Response:
         "migrations": st.dispatcher.migrations,
         "telemetry_pending_turns": st.telemetry.pending(),
         "policy": st.config.policy,
+        "routing": {**st.selector.state(), "loads": st.loads.state(asyncio.get_running_loop().time())},
+        "utilization": st.utilization.state(),
         "control": st.control.state() if st.control is not None else None,
         "registered": _registered(st),
     })

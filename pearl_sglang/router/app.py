@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import AsyncIterator, Callable
 
 import aiohttp
@@ -34,9 +35,13 @@ from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.middleware import (
     ADMIN, INFERENCE, PUBLIC, auth_middleware, errors_middleware,
 )
-from pearl_sglang.router.selection import Selector
+from pearl_sglang.core.placement import CostRates
+from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.load_probe import load_probe_loop
+from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
+from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 
 LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
@@ -67,21 +72,38 @@ async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
     return resp
 
 
-def _record_completion(st: RouterState):
+def _record_completion(st: RouterState, rates: "_ProfileRates"):
     def on_complete(done: Completed) -> None:
         meta = done.final["meta_info"]
+        rates.observe_generated(meta.get("completion_tokens") or 0)
         st.metrics.tokens.labels("prompt").inc(meta.get("prompt_tokens") or 0)
         st.metrics.tokens.labels("cached").inc(meta.get("cached_tokens") or 0)
         st.metrics.tokens.labels("completion").inc(meta.get("completion_tokens") or 0)
+        if done.target is not None:
+            # Prefill and cache hits on the prefix holder, generation on the generating worker.
+            holder, main = done.target.prefix_holder.slot, done.target.main.slot
+            prompt, cached = meta.get("prompt_tokens") or 0, meta.get("cached_tokens") or 0
+            generated = meta.get("completion_tokens") or 0
+            if holder == main:
+                st.utilization.completed(main, prompt_tokens=prompt, cached_tokens=cached,
+                                         generated_tokens=generated)
+            else:
+                st.utilization.completed(holder, prompt_tokens=prompt, cached_tokens=cached, generated_tokens=0)
+                st.utilization.completed(main, prompt_tokens=0, cached_tokens=0, generated_tokens=generated)
         for slot in done.target.slots if done.target else ():
             st.breakers.success(slot)
             st.metrics.routed.labels(str(slot), st.store.table.worker(slot).role.value
                                      if st.store.table.has(slot) else "gone").inc()
         if done.attempts > 1:
             st.metrics.migrations.inc(done.attempts - 1)
+        full_key = full_sequence_key(done.prompt_ids, done.final["output_ids"], done.key)
+        if done.target is not None:
+            # Its KV stays where it generated and its next turn is coming: work owed there.
+            ref = done.trajectory if done.trajectory is not None else (full_key[-1] if full_key else None)
+            st.loads.turn_ended(ref, done.target.main.slot, done.ended)
         st.telemetry.observe(TurnObservation(
             trajectory=done.trajectory, turn=done.turn, key=done.key,
-            full_key=full_sequence_key(done.prompt_ids, done.final["output_ids"], done.key),
+            full_key=full_key,
             prompt_tokens=meta.get("prompt_tokens") or 0, cached_tokens=meta.get("cached_tokens") or 0,
             generated_tokens=meta.get("completion_tokens") or 0, arrived_at=done.started,
             first_chunk_at=done.first_chunk_at, finished_at=done.ended, concurrency=done.concurrency,
@@ -151,22 +173,59 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
     return LocalLauncher(cluster.engine, cluster.launcher, session, outlive=cluster.state_dir is not None)
 
 
+class _ProfileRates:
+    """The cost policy's rates from the control plane's current profile (fitted by
+    telemetry), so placement and the decision engine use the same numbers. Without a
+    control plane (attach mode): the preset's hardware costs, with ``r`` (tokens a turn
+    generates) measured here as a moving average of finished items, so the decode side
+    is weighed with this workload's turns, not the preset's."""
+
+    ALPHA = 0.05
+
+    def __init__(self, st: RouterState) -> None:
+        self.st = st
+        self._tracker = None
+        self._rates = DEFAULT_RATES
+        self._attached = DEFAULT_RATES
+        self._mean_generated: float | None = None
+
+    def observe_generated(self, tokens: int) -> None:
+        m = self._mean_generated
+        self._mean_generated = float(tokens) if m is None else m + self.ALPHA * (tokens - m)
+        self._attached = replace(DEFAULT_RATES, r=max(1.0, self._mean_generated))
+
+    def __call__(self) -> CostRates:
+        control = self.st.control
+        if control is None:
+            return self._attached
+        if control.tracker is not self._tracker:  # a new fit (immutable tracker: a new object)
+            self._tracker, self._rates = control.tracker, CostRates.from_profile(control.profile())
+        return self._rates
+
+
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
               launcher_factory: LauncherFactory = local_launcher,
               transport_factory: TransportFactory = HttpTransport) -> web.Application:
     config.validate()
+    routing = config.routing_policy or (cluster.routing_policy if cluster is not None else None) or "cost"
+    utilization = Utilization(clock=lambda: asyncio.get_running_loop().time())
+    inflight = InFlightRegistry(on_count=utilization.occupancy)
     st = RouterState(
-        config=config, store=store, selector=Selector(pushes=lambda: st.control.pushes if st.control else None),
-        inflight=InFlightRegistry(),
+        config=config, store=store,
+        selector=Selector(pushes=lambda: st.control.pushes if st.control else None, routing=routing,
+                          rates=lambda: rates()),
+        inflight=inflight, loads=LoadModel(inflight, report_ttl_s=max(5.0, 3 * config.load_poll_interval_s)),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
-        metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
+        metrics=RouterMetrics(lambda: store.table, utilization.current_totals), telemetry=TelemetryCollector(),
+        utilization=utilization, streams_by_client={})
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[errors_middleware, _count_requests,
                      auth_middleware(admin_token=config.security.admin_token,
                                      api_key=config.security.api_key, access=access_class)])
     app[ROUTER] = st
+    rates = _ProfileRates(st)
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
@@ -174,12 +233,16 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st))
+            on_worker_failure=_on_failure(st), on_complete=_record_completion(st, rates), loads=st.loads)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+        load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
+                      if config.load_poll_interval_s > 0 else None)
         yield
-        probe.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await probe
+        for task in (probe, load_probe):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pearl_sglang.control.registration import RegistrationConfig
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
+from pearl_sglang.router.routing_policy import POLICY_NAMES
 from pearl_sglang.router.worker_client import Timeouts
 
 POLICIES = ("static", "pearl")
@@ -68,10 +69,19 @@ class RouterConfig:
     health_interval_s: float = 10.0
     failures_to_open: int = 3
     breaker_cooldown_s: float = 30.0
+    # None: the cluster config's routing_policy, else "cost".
+    routing_policy: str | None = None
+    # Read workers' own running + waiting requests this often for placement (0: never;
+    # the router's own counts only).
+    load_poll_interval_s: float = 2.0
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"--policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.routing_policy is not None and self.routing_policy not in POLICY_NAMES:
+            raise ValueError(f"--routing-policy must be one of {POLICY_NAMES}, got {self.routing_policy!r}")
+        if not self.load_poll_interval_s >= 0:
+            raise ValueError("--load-poll-interval-s must be >= 0")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -89,6 +99,11 @@ class RouterConfig:
                                  "never borrows. Attach mode only routes; with --config, workers "
                                  "registered through the worker API are reshaped in place too "
                                  "(P<->D switches, borrowing), never relaunched")
+        parser.add_argument("--routing-policy", default=None, choices=POLICY_NAMES,
+                            help="where requests go: 'cost' (default: the least estimated time from the "
+                                 "runtime profile, prefix cache and queued work included), 'cache_aware' "
+                                 "(sglang-router's rule) or 'round_robin'; overrides the config's "
+                                 "routing_policy")
         parser.add_argument("--tp-size", type=int, default=1, help="GPUs per worker (attach mode)")
         parser.add_argument("--worker-urls", nargs="*", default=[], help="colocated workers")
         parser.add_argument("--prefill", nargs=2, action="append", default=[], metavar=("URL", "BOOTSTRAP_PORT"))
@@ -111,6 +126,9 @@ class RouterConfig:
         parser.add_argument("--worker-startup-timeout-secs", type=float,
                             default=RegistrationConfig.startup_timeout_s,
                             help="how long a worker added through the worker API may take to turn healthy")
+        parser.add_argument("--load-poll-interval-s", type=float, default=2.0,
+                            help="read each worker's own running + waiting requests this often for "
+                                 "placement (0: only the router's own counts)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -134,4 +152,5 @@ class RouterConfig:
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
             registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
                                             poll_interval_s=min(1.0, args.health_interval_s)),
+            routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
         )

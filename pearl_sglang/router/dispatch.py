@@ -23,7 +23,8 @@ from pearl_sglang.router.errors import (
 )
 from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry
-from pearl_sglang.router.selection import NoRoute, Selector, Target, prefix_key
+from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.selection import NoRoute, Selector, Target, context_tokens, prefix_key
 from pearl_sglang.router.stitch import Stitcher
 from pearl_sglang.router.worker_client import WorkerTransport
 
@@ -77,8 +78,10 @@ class Dispatcher:
                  inflight: InFlightRegistry, gate: AdmissionGate,
                  config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
-                 on_complete: Callable[[Completed], None] = lambda c: None) -> None:
+                 on_complete: Callable[[Completed], None] = lambda c: None,
+                 loads: LoadModel | None = None) -> None:
         self.transport = transport
+        self.loads = loads if loads is not None else LoadModel(inflight)
         self.store = store
         self.selector = selector
         self.inflight = inflight
@@ -101,6 +104,9 @@ class Dispatcher:
         stitcher = Stitcher(item.rid, list(item.input_ids) if item.input_ids is not None else None)
         entry = self.inflight.open(item.rid)
         key = prefix_key(item.input_ids, item.text)
+        context = context_tokens(item.input_ids, item.text)
+        # This trajectory's next turn is here: it is running work now, no longer owed.
+        self.loads.turn_started(trajectory, key)
         failed: set[int] = set()
         target: Target | None = None
         finished = False
@@ -116,8 +122,10 @@ class Dispatcher:
                     yield self._final(stitcher, item, started,
                                       {"type": "length", "length": item.max_new_tokens})
                     return
-                target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid)
-                main = target.decode if target.is_pd else target.worker
+                target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid,
+                                          context=context if not stitcher.generated
+                                          else context + stitcher.generated, rid=item.rid)
+                main = target.main
                 concurrency = self.inflight.load().get(main.slot, 0)
                 self.inflight.assign(entry, target.slots, tuple(
                     w.endpoint for w in (target.worker, target.prefill, target.decode) if w),
@@ -131,6 +139,7 @@ class Dispatcher:
                         stitcher.update(chunk)
                         if first_chunk_at is None:
                             first_chunk_at = loop.time()
+                            self.loads.prefill_done(item.rid)
                         if _finish_reason(chunk) is None:
                             yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
                         else:
@@ -168,22 +177,25 @@ class Dispatcher:
                 self.inflight.assign(entry, (), ())
         finally:
             self.inflight.close(item.rid)
+            self.loads.prefill_done(item.rid)
             if not finished:
                 # The client went away or the request failed: free the workers' slots.
                 for url in entry.urls:
                     asyncio.ensure_future(self.transport.abort(url=url, rid=entry.worker_rid))
 
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
-                    what: str) -> Target:
+                    what: str, context: int | None = None, rid: str | None = None) -> Target:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
-        is left, so one bad call never strands a request."""
+        is left, so one bad call never strands a request. With ``rid``, the prefill it sends
+        counts as queued on its worker until its first chunk."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.route_wait_s
         while True:
             try:
-                target = self.selector.choose(self.store.table, load=self.inflight.load(), key=key,
-                                              trajectory=trajectory, exclude=exclude | self.unavailable())
+                target = self.selector.choose(self.store.table, loads=self.loads.snapshot(loop.time()), key=key,
+                                              context=context, trajectory=trajectory,
+                                              exclude=exclude | self.unavailable())
             except NoRoute:
                 if exclude:
                     exclude.clear()
@@ -196,6 +208,8 @@ class Dispatcher:
                 await self.store.wait_changed(min(left, 1.0))
                 continue
             self.selector.remember(target, key, trajectory)
+            if rid is not None:
+                self.loads.prefill_sent(rid, target.prefix_holder.slot, target.prefill_tokens)
             return target
 
     def _body(self, item: GenerateItem, stitcher: Stitcher, remaining: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Callable
 
 
 class EndCause(str, Enum):
@@ -34,6 +35,8 @@ class InFlight:
 class InFlightRegistry:
     _by_rid: dict[str, InFlight] = field(default_factory=dict)
     _per_slot: dict[int, int] = field(default_factory=dict)
+    # Told (slot, before, after) on every change of a slot's count (utilization).
+    on_count: Callable[[int, int, int], None] | None = None
 
     def open(self, rid: str) -> InFlight:
         entry = InFlight(rid=rid)
@@ -57,7 +60,10 @@ class InFlightRegistry:
 
     def _count(self, slots: tuple[int, ...], delta: int) -> None:
         for slot in slots:
-            n = self._per_slot.get(slot, 0) + delta
+            before = self._per_slot.get(slot, 0)
+            n = before + delta
+            if self.on_count is not None:
+                self.on_count(slot, before, n)
             if n:
                 self._per_slot[slot] = n
             else:

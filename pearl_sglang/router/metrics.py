@@ -5,13 +5,14 @@ disagree with it.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pearl_sglang.core.state import StateTable
+from pearl_sglang.router.utilization import WorkerUsage
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
@@ -37,8 +38,31 @@ class _TableCollector(Collector):
                                 value=1 if table.training_owns_overlap else 0)
 
 
+class _UtilizationCollector(Collector):
+    """Per-worker utilization (labels: slot and role only, both bounded by the table)."""
+
+    SERIES = (("busy_s", "pearl_worker_busy_seconds", "Seconds with at least one request in flight"),
+              ("prefill_tokens", "pearl_worker_prefill_tokens", "Prompt tokens computed (cache misses)"),
+              ("generated_tokens", "pearl_worker_generated_tokens", "Tokens generated"),
+              ("cached_tokens", "pearl_worker_cached_tokens", "Prompt tokens served from the prefix cache"),
+              ("requests", "pearl_worker_requests", "Generate items finished"))
+
+    def __init__(self, table: Callable[[], StateTable], usage: Callable[[], Mapping[int, WorkerUsage]]) -> None:
+        self._table, self._usage = table, usage
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        table, usage = self._table(), self._usage()
+        for attr, name, doc in self.SERIES:
+            family = CounterMetricFamily(name, doc, labels=["slot", "role"])
+            for slot, u in sorted(usage.items()):
+                role = table.worker(slot).role.value if table.has(slot) else "gone"
+                family.add_metric([str(slot), role], getattr(u, attr))
+            yield family
+
+
 class RouterMetrics:
-    def __init__(self, table: Callable[[], StateTable]) -> None:
+    def __init__(self, table: Callable[[], StateTable],
+                 usage: Callable[[], Mapping[int, WorkerUsage]] = dict) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("pearl_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
@@ -58,3 +82,4 @@ class RouterMetrics:
                                           "Duration of reconfiguration phases", ["operation", "phase"],
                                           buckets=_LATENCY_BUCKETS, registry=r)
         r.register(_TableCollector(table))
+        r.register(_UtilizationCollector(table, usage))

@@ -1,27 +1,32 @@
-"""Where a request goes: pure routing over the state table (no I/O, no private copies).
+"""Where a request goes: filters over the state table, then a pluggable routing policy.
 
-Colocated mode keeps a trajectory's turns on the worker that holds its prefix (cache
-affinity), unless that worker is overloaded, excluded or no longer active; otherwise the
-least loaded worker. PD mode picks the prefill that holds the prefix (same rule) and the
-least-loaded decode. Prefix ownership is learned from the requests themselves: prompts
-are cut into fixed blocks whose chained hashes map to the slot that last served them, so
-the next turn of a trajectory (whose prompt extends the previous one) finds its worker
-without any client cooperation; an explicit trajectory id, when given, wins.
+Filters first, the same for every policy: only active workers with an endpoint, none
+that failed this request or whose circuit is open (``exclude``), none whose weights lag
+more adopted pushes than the control plane allows (its ``PushLog``, read on every
+choice; the control plane repairs such a worker). The policy (``routing_policy``) then
+picks one colocated worker, or a prefill + decode pair.
 
-A worker whose weights lag more adopted pushes than the control plane allows (its
-``PushLog``, read on every choice) is never chosen; the control plane repairs it.
+Prefix ownership is learned from the requests themselves: prompts are cut into fixed
+blocks whose chained hashes map to the workers that served them (most recent last), so
+the next turn of a trajectory (whose prompt extends the previous one) finds the workers
+that hold its prefix without client cooperation; an explicit trajectory id names the
+worker of its latest turn. Holds only learned affinity and recency, never worker state.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pearl_sglang.core.placement import IDLE, CostRates, Option, WorkerLoad
+from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
+from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
 TOKEN_BLOCK = 64
-CHAR_BLOCK = 256
+CHAR_BLOCK = 256  # about TOKEN_BLOCK tokens of text
+DEFAULT_RATES = CostRates.from_profile(qwen3_8b_tp2())
 
 
 class NoRoute(Exception):
@@ -35,6 +40,7 @@ class Target:
     worker: WorkerRecord | None = None
     prefill: WorkerRecord | None = None
     decode: WorkerRecord | None = None
+    prefill_tokens: int = 0  # what the prefix holder must compute (context - its cached prefix)
 
     @property
     def is_pd(self) -> bool:
@@ -47,6 +53,15 @@ class Target:
     @property
     def prefix_holder(self) -> WorkerRecord:
         return self.prefill if self.prefill is not None else self.worker  # type: ignore[return-value]
+
+    @property
+    def main(self) -> WorkerRecord:
+        """The worker that generates (the decode of a pair)."""
+        return self.decode if self.decode is not None else self.worker  # type: ignore[return-value]
+
+
+def _own_prefill(request: Request, chosen: Option) -> int:
+    return max(0, request.context_tokens - chosen.matched_tokens)
 
 
 def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
@@ -62,6 +77,13 @@ def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, 
     return tuple(hashes)
 
 
+def context_tokens(input_ids: Sequence[int] | None, text: str | None) -> int:
+    """The prompt's length in tokens (text: estimated at CHAR_BLOCK / TOKEN_BLOCK chars each)."""
+    if input_ids is not None:
+        return len(input_ids)
+    return len(text or "") * TOKEN_BLOCK // CHAR_BLOCK
+
+
 def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[int] = ()) -> tuple[int, ...]:
     """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are hashed."""
     start = len(key) * TOKEN_BLOCK
@@ -75,50 +97,97 @@ def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[i
 
 @dataclass(frozen=True)
 class SelectionPolicy:
-    """Affinity yields when the holder has ``balance_abs`` more requests than the least
-    loaded worker and more than ``balance_rel`` times its load."""
+    """Bounds of the learned maps (blocks and trajectories remembered, LRU)."""
 
-    balance_abs: int = 16
-    balance_rel: float = 1.5
     max_prefix_blocks: int = 1 << 20
     max_trajectories: int = 1 << 16
 
 
 class Selector:
-    """Routing core. Holds only learned affinity, never worker state; ``pushes`` reads
-    the control plane's weight log (None: no bound, e.g. attach mode)."""
+    """Routing: filters, then ``policy``. ``pushes`` reads the control plane's weight log
+    (None: no bound, e.g. attach mode); ``rates`` the runtime profile's costs."""
 
     def __init__(self, policy: SelectionPolicy = SelectionPolicy(),
-                 pushes: Callable[[], PushLog | None] = lambda: None) -> None:
+                 pushes: Callable[[], PushLog | None] = lambda: None, *,
+                 routing: RoutingPolicy | str = "cost",
+                 rates: Callable[[], CostRates] = lambda: DEFAULT_RATES) -> None:
         self.policy = policy
         self.pushes = pushes
-        self._block_owner: OrderedDict[int, int] = OrderedDict()
+        self.routing = make_policy(routing) if isinstance(routing, str) else routing
+        self.rates = rates
+        self._blocks: OrderedDict[int, dict[int, None]] = OrderedDict()  # hash -> slots, most recent last
+        self._tree_blocks: dict[int, int] = {}                            # slot -> blocks it holds
         self._trajectory_owner: OrderedDict[str, int] = OrderedDict()
+        self._assigned: dict[int, int] = {}                               # slot -> assignment number
+        self._assignments = 0
 
-    def choose(self, table: StateTable, *, load: Mapping[int, int], key: tuple[int, ...],
-               trajectory: str | None = None, exclude: Iterable[int] = ()) -> Target:
+    def choose(self, table: StateTable, *, loads: Mapping[int, WorkerLoad], key: tuple[int, ...],
+               context: int | None = None, trajectory: str | None = None,
+               exclude: Iterable[int] = ()) -> Target:
+        """``context``: the prompt's tokens (default: its full blocks)."""
         excluded = set(exclude)
         log = self.pushes()
         if log is not None:
             excluded |= {w.slot for w in table.active() if not log.servable(w.weight_version)}
+        request = Request(key=key, context_tokens=context if context is not None else len(key) * TOKEN_BLOCK,
+                          holder=self.holder(key, trajectory), rates=self.rates())
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
         if colocated:
-            return Target(worker=self._with_affinity(colocated, load, key, trajectory))
+            options = self._options(colocated, loads, key)
+            i = self.routing.select_worker(options, request)
+            return Target(worker=colocated[i], prefill_tokens=_own_prefill(request, options[i]))
         prefills = [w for w in table.active(Role.PREFILL)
                     if w.slot not in excluded and w.endpoint and w.bootstrap_port is not None]
         decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint]
         if not prefills or not decodes:
             raise NoRoute("no active colocated worker and no complete prefill/decode pair")
-        return Target(prefill=self._with_affinity(prefills, load, key, trajectory),
-                      decode=_least_loaded(decodes, load))
+        p_options = self._options(prefills, loads, key)
+        p, d = self.routing.select_pair(p_options, self._options(decodes, loads, ()), request)
+        return Target(prefill=prefills[p], decode=decodes[d], prefill_tokens=_own_prefill(request, p_options[p]))
+
+    def _options(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
+                 key: tuple[int, ...]) -> list[Option]:
+        matched = self.matched_tokens(key, {w.slot for w in workers}) if key else {}
+        tree, assigned = self._tree_blocks, self._assigned
+        return [Option(w.slot, loads.get(w.slot, IDLE), matched.get(w.slot, 0), assigned.get(w.slot, -1),
+                       tree.get(w.slot, 0)) for w in workers]
 
     def remember(self, target: Target, key: tuple[int, ...], trajectory: str | None = None) -> None:
         slot = target.prefix_holder.slot
-        for h in key:
-            self._block_owner[h] = slot
-            self._block_owner.move_to_end(h)
-        while len(self._block_owner) > self.policy.max_prefix_blocks:
-            self._block_owner.popitem(last=False)
+        for s in target.slots:
+            self._assignments += 1
+            self._assigned[s] = self._assignments
+        blocks, tree = self._blocks, self._tree_blocks
+        held = self.matched_tokens(key, {slot}).get(slot, 0) // TOKEN_BLOCK
+        added = 0
+        # Tail first, so a key's first blocks are the most recent and eviction takes its
+        # tail first, as a radix cache evicts leaves: what is held stays a prefix.
+        for h in reversed(key[held:]):
+            owners = blocks.get(h)
+            if owners is None:
+                blocks[h] = {slot: None}
+                added += 1
+                continue
+            if slot not in owners:
+                owners[slot] = None
+                added += 1
+            elif len(owners) > 1:  # most recent server last
+                del owners[slot]
+                owners[slot] = None
+            blocks.move_to_end(h)
+        if held:
+            end = blocks[key[held - 1]]
+            if len(end) > 1:
+                del end[slot]
+                end[slot] = None
+            # The prefix it already held: refresh recency only (the loop runs in C).
+            deque(map(blocks.move_to_end, reversed(key[:held])), maxlen=0)
+        if added:
+            tree[slot] = tree.get(slot, 0) + added
+        while len(blocks) > self.policy.max_prefix_blocks:
+            _, owners = blocks.popitem(last=False)
+            for s in owners:
+                tree[s] -= 1
         if trajectory is not None:
             self._trajectory_owner[trajectory] = slot
             self._trajectory_owner.move_to_end(trajectory)
@@ -126,24 +195,43 @@ class Selector:
                 self._trajectory_owner.popitem(last=False)
 
     def holder(self, key: tuple[int, ...], trajectory: str | None = None) -> int | None:
+        """The worker of the trajectory's latest turn, else the latest server of the
+        longest known prefix."""
         if trajectory is not None and trajectory in self._trajectory_owner:
             return self._trajectory_owner[trajectory]
         for h in reversed(key):
-            if h in self._block_owner:
-                return self._block_owner[h]
+            owners = self._blocks.get(h)
+            if owners:
+                return next(reversed(owners))
         return None
 
-    def _with_affinity(self, workers: list[WorkerRecord], load: Mapping[int, int],
-                       key: tuple[int, ...], trajectory: str | None) -> WorkerRecord:
-        least = _least_loaded(workers, load)
-        slot = self.holder(key, trajectory)
-        holder = next((w for w in workers if w.slot == slot), None)
-        if holder is None:
-            return least
-        held, lowest = load.get(holder.slot, 0), load.get(least.slot, 0)
-        overloaded = held - lowest > self.policy.balance_abs and held > self.policy.balance_rel * lowest
-        return least if overloaded else holder
+    def matched_tokens(self, key: tuple[int, ...], slots: set[int]) -> dict[int, int]:
+        """Tokens of ``key``'s prefix that each of ``slots`` holds. Hashes are chained and
+        a key's blocks are remembered (and evicted, tail first) together, so what a worker
+        holds of a key is a prefix of it: a binary search per worker finds its end."""
+        found: dict[int, int] = {}
+        blocks = self._blocks
+        first = blocks.get(key[0]) if key else None
+        if not first:
+            return found
+        last = len(key) - 1
+        tail = blocks.get(key[last]) or {}
+        for s in first:
+            if s not in slots:
+                continue
+            if s in tail:
+                found[s] = len(key) * TOKEN_BLOCK
+                continue
+            lo, hi = 0, last  # s holds key[lo], not key[hi]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                owners = blocks.get(key[mid])
+                if owners is not None and s in owners:
+                    lo = mid
+                else:
+                    hi = mid
+            found[s] = (lo + 1) * TOKEN_BLOCK
+        return found
 
-
-def _least_loaded(workers: list[WorkerRecord], load: Mapping[int, int]) -> WorkerRecord:
-    return min(workers, key=lambda w: (load.get(w.slot, 0), w.slot))
+    def state(self) -> dict[str, object]:
+        return {"routing_policy": self.routing.name, "cached_blocks": dict(sorted(self._tree_blocks.items()))}

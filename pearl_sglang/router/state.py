@@ -13,9 +13,11 @@ from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.dispatch import Dispatcher
 from pearl_sglang.router.health import CircuitBreakers
 from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.telemetry import TelemetryCollector
+from pearl_sglang.router.utilization import Utilization
 
 
 @dataclass
@@ -24,10 +26,12 @@ class RouterState:
     store: StateStore
     selector: Selector
     inflight: InFlightRegistry
+    loads: LoadModel
     gate: AdmissionGate
     breakers: CircuitBreakers
     metrics: RouterMetrics
     telemetry: TelemetryCollector
+    utilization: Utilization
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None

@@ -16,6 +16,7 @@ from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord, Zone
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.request import OpResult
+from pearl_sglang.core.placement import WorkerLoad
 from pearl_sglang.router.selection import NoRoute, Selector
 from pearl_sglang.router.state import ROUTER
 from tests.control.conftest import cluster_config, running_cluster
@@ -68,10 +69,11 @@ def test_selector_skips_workers_beyond_the_bound():
     table = _table("v2", "v0", "v1")
     selector = Selector(pushes=lambda: log)
     # Slot 1 is idle, yet two pushes behind: the least loaded servable worker wins.
-    assert selector.choose(table, load={0: 5, 2: 3}, key=()).worker.slot == 2
+    assert selector.choose(table, loads={0: WorkerLoad(running=5), 2: WorkerLoad(running=3)},
+                           key=()).worker.slot == 2
     with pytest.raises(NoRoute):
-        selector.choose(table, load={}, key=(), exclude={0, 2})  # slot 1 is two pushes behind
-    assert Selector().choose(table, load={}, key=(), exclude={0, 2}).worker.slot == 1  # no bound
+        selector.choose(table, loads={}, key=(), exclude={0, 2})  # slot 1 is two pushes behind
+    assert Selector().choose(table, loads={}, key=(), exclude={0, 2}).worker.slot == 1  # no bound
 
 
 @dataclass

@@ -1,0 +1,408 @@
+"""Placement benchmark: where an agentic RL rollout's work lands, PEARL's router against
+sglang-router 0.3.2, over the same emulated workers in one run.
+
+    .venv/bin/python -m benchmarks.placement [--quick] [--out benchmarks/results/placement.json]
+
+Workers are emulated SGLang servers (``--profile``, default Qwen3-8B on H800 TP2) served
+in this process on loopback ports; PEARL's router runs in this process too (attach mode,
+``--routing-policy`` cost, cache_aware and round_robin); sglang-router 0.3.2 (the Rust
+router, ``cache_aware`` and ``round_robin``) runs from the real-SGLang CPU stack when it is
+set up (``scripts/setup_sglang_cpu.sh``), else its rows are left out and the run says so.
+
+Workload (GRPO): ``--groups`` groups of ``--group-size`` trajectories; members of a group
+share one ``--prompt-tokens`` prompt; each trajectory runs ``--turns`` turns of
+``--max-new-tokens`` (ignore_eos), then waits ``--env-s`` on its environment and appends
+``--observation-tokens`` fresh tokens; ``--rewrite-fraction`` of the context's tail is
+replaced before each new turn (0: the cache-friendly regime). Every trajectory starts at
+once, as a rollout step does. Requests carry PEARL's trajectory headers (sglang-router
+ignores them) and ``text`` prompts (the emulator's byte codec: one character per token),
+which both routers can key their prefix trees on.
+
+Scenarios, each for every target:
+
+* ``grpo``: all ``--workers`` active. Reported per worker (from the workers' own counters):
+  generated tokens, prompt tokens, cache-hit tokens, busy time, requests; busiest/mean
+  generated tokens and busy time; workers used; cache hit rate; rollout time.
+* ``join``: ``--workers``/2 active; the other half is admitted once a quarter of all turns
+  has finished (PEARL: the table marks them active; sglang-router: ``POST /workers``).
+  Reported: the share of the decode work generated after admission that the new workers
+  took (sglang-router health-checks added workers before it routes to them).
+
+Rollout time is emulated seconds (wall time x ``--time-scale``). Writes JSON and a
+Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import aiohttp
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parents[1]
+STACK_DIR = REPO / ".sglang-cpu"
+
+from pearl_sglang.control.attach import attached_table  # noqa: E402
+from pearl_sglang.control.processes import SglangCpuStack, free_port  # noqa: E402
+from pearl_sglang.control.state_store import StateStore  # noqa: E402
+from pearl_sglang.core.state import Activity  # noqa: E402
+from pearl_sglang.emulator import server as emu  # noqa: E402
+from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
+from pearl_sglang.router.app import build_app  # noqa: E402
+from pearl_sglang.router.config import RouterConfig, Security  # noqa: E402
+from pearl_sglang.router.state import ROUTER  # noqa: E402
+
+PEARL_POLICIES = ("cost", "cache_aware", "round_robin")
+SGLANG_POLICIES = ("cache_aware", "round_robin")
+ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:-_=+()[]{}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    groups: int = 4
+    group_size: int = 16
+    prompt_tokens: int = 2048
+    turns: int = 4
+    max_new_tokens: int = 96
+    observation_tokens: int = 256
+    env_s: float = 1.0
+    rewrite_fraction: float = 0.0
+    seed: int = 0
+
+    @property
+    def trajectories(self) -> int:
+        return self.groups * self.group_size
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+# ---- workers ------------------------------------------------------------------------------
+@dataclass
+class Pool:
+    workers: list[emu.Worker]
+    urls: list[str]
+    runners: list[web.AppRunner]
+
+    def counters(self) -> list[dict[str, float]]:
+        return [{"generated_tokens": w.engine.stats.generation_tokens, "prompt_tokens": w.engine.stats.prompt_tokens,
+                 "cached_tokens": w.engine.stats.cached_tokens, "busy_s": w.engine.stats.busy_s,
+                 "requests": w.engine.stats.requests} for w in self.workers]
+
+    async def flush(self, session: aiohttp.ClientSession) -> None:
+        for url in self.urls:
+            for _ in range(200):
+                async with session.post(url + "/flush_cache") as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.05)
+
+
+async def start_pool(n: int, profile: str, time_scale: float, model_dir: Path) -> Pool:
+    workers, urls, runners = [], [], []
+    for i in range(n):
+        w = emu.build_worker(EmulatorArgs(model_path=str(model_dir), profile=profile, time_scale=time_scale,
+                                          seed=i, cold_start=0))
+        runner, _extra, port, _ = await emu.start(w, host="127.0.0.1", port=0)
+        workers.append(w)
+        urls.append(f"http://127.0.0.1:{port}")
+        runners.append(runner)
+    return Pool(workers, urls, runners)
+
+
+# ---- targets ------------------------------------------------------------------------------
+class PearlTarget:
+    def __init__(self, policy: str, pool: Pool, active: int) -> None:
+        self.name = f"pearl {policy}"
+        self.policy, self.pool, self.active = policy, pool, active
+
+    async def __aenter__(self) -> "PearlTarget":
+        table = attached_table(regular=tuple(self.pool.urls))
+        for w in table.rollout_workers()[self.active:]:
+            table = table.put(replace(w, activity=Activity.JOINING))
+        self.store = StateStore(table)
+        config = RouterConfig(routing_policy=self.policy, security=Security(admin_token="bench"),
+                              health_interval_s=3600)
+        self.runner = web.AppRunner(build_app(config, self.store), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def admit_rest(self, session: aiohttp.ClientSession) -> None:
+        table = self.store.table
+        for w in table.rollout_workers():
+            if w.activity is Activity.JOINING:
+                table = table.put(replace(w, activity=Activity.ACTIVE))
+        self.store.replace_locked(table)
+
+    def migrations(self) -> int | None:
+        """Requests moved mid-generation (none should be, for placement)."""
+        return self.runner.app[ROUTER].dispatcher.migrations
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.runner.cleanup()
+
+
+class SglangTarget:
+    def __init__(self, policy: str, pool: Pool, active: int, stack: SglangCpuStack) -> None:
+        self.name = f"sglang-router {policy}"
+        self.policy, self.pool, self.active, self.stack = policy, pool, active, stack
+
+    async def __aenter__(self) -> "SglangTarget":
+        for attempt in range(3):  # a free port can be taken before the router binds it
+            port = free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            self.log = tempfile.NamedTemporaryFile(prefix="sglang-router-", suffix=".log", delete=False)
+            self.proc = await asyncio.create_subprocess_exec(
+                self.stack.python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+                "--policy", self.policy, "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1",
+                "--log-level", "warn", "--worker-urls", *self.pool.urls[:self.active],
+                env={**self.stack.env}, stdout=self.log, stderr=self.log)
+            try:
+                await self._wait_workers(self.active)
+                return self
+            except RuntimeError:
+                if self.proc.returncode is None:
+                    self.proc.terminate()
+                await self.proc.wait()
+                if attempt == 2:
+                    raise
+        return self
+
+    async def _wait_workers(self, n: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as s:
+            while time.monotonic() < deadline:
+                if self.proc.returncode is not None:
+                    raise RuntimeError(f"sglang-router exited; log: {self.log.name}")
+                try:
+                    async with s.get(self.url + "/readiness") as r:
+                        if (await r.json(content_type=None)).get("healthy_workers") == n:
+                            return
+                except (aiohttp.ClientError, ValueError):
+                    pass
+                await asyncio.sleep(0.5)
+        raise RuntimeError(f"sglang-router did not register {n} workers in {timeout_s:.0f}s")
+
+    async def admit_rest(self, session: aiohttp.ClientSession) -> None:
+        """sglang-router 0.3.2 adds workers with ``POST /workers`` (queued; 202), then
+        health-checks them: wait until it reports them all."""
+        for url in self.pool.urls[self.active:]:
+            async with session.post(self.url + "/workers", json={"url": url}) as r:
+                if r.status not in (200, 202):
+                    raise RuntimeError(f"sglang-router refused worker {url}: HTTP {r.status} {await r.text()}")
+        await self._wait_workers(len(self.pool.urls))
+
+    def migrations(self) -> int | None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        await self.proc.wait()
+
+
+# ---- workload -----------------------------------------------------------------------------
+@dataclass
+class Progress:
+    turns_done: int = 0
+    errors: int = 0
+
+
+async def trajectory(session: aiohttp.ClientSession, url: str, wl: Workload, index: int, prompt: str,
+                     time_scale: float, progress: Progress, run: str) -> None:
+    rng = random.Random(f"{wl.seed}-{index}")
+    context = prompt
+    for turn in range(wl.turns):
+        body = {"text": context, "sampling_params": {"max_new_tokens": wl.max_new_tokens, "ignore_eos": True,
+                                                     "temperature": 1.0}, "rid": f"{run}-{index}-{turn}"}
+        headers = {"X-Pearl-Trajectory-Id": f"{run}-{index}", "X-Pearl-Turn": str(turn)}
+        async with session.post(url + "/generate", json=body, headers=headers) as r:
+            if r.status != 200:
+                progress.errors += 1
+                raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:300]}")
+            out = await r.json()
+        progress.turns_done += 1
+        if turn + 1 == wl.turns:
+            return
+        await asyncio.sleep(wl.env_s / time_scale)
+        k = int(round(wl.rewrite_fraction * len(context)))
+        context = context[:len(context) - k] + _text(rng, k) + out["text"] + _text(rng, wl.observation_tokens)
+
+
+async def run_one(target, pool: Pool, wl: Workload, time_scale: float, *, join: bool, run: str) -> dict[str, Any]:
+    rng = random.Random(wl.seed)
+    prompts = [_text(rng, wl.prompt_tokens) for _ in range(wl.groups)]
+    progress = Progress()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=3600)) as session:
+        await pool.flush(session)
+        before = pool.counters()
+        t0 = time.monotonic()
+        tasks = [asyncio.ensure_future(trajectory(session, target.url, wl, i, prompts[i // wl.group_size],
+                                                  time_scale, progress, run))
+                 for i in range(wl.trajectories)]
+        at_join = None
+        if join:
+            total = wl.trajectories * wl.turns
+            while progress.turns_done < total // 4 and not all(t.done() for t in tasks):
+                await asyncio.sleep(0.01)
+            await target.admit_rest(session)
+            at_join = pool.counters()
+        await asyncio.gather(*tasks)
+        elapsed = time.monotonic() - t0
+        after = pool.counters()
+    per_worker = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
+    result: dict[str, Any] = {"target": target.name, "rollout_s": elapsed * time_scale,
+                              "per_worker": per_worker, "migrations": target.migrations(), **balance(per_worker)}
+    if at_join is not None:
+        half = len(pool.workers) - target.active
+        after_join = [a["generated_tokens"] - j["generated_tokens"] for a, j in zip(after, at_join)]
+        result["join"] = {"generated_after_admission": after_join,
+                          "new_workers_share": sum(after_join[-half:]) / max(1, sum(after_join))}
+    return result
+
+
+def balance(per_worker: list[dict[str, float]]) -> dict[str, Any]:
+    gen = [w["generated_tokens"] for w in per_worker]
+    busy = [w["busy_s"] for w in per_worker]
+    prompt = sum(w["prompt_tokens"] for w in per_worker)
+    return {
+        "generated_busiest_over_mean": max(gen) / (sum(gen) / len(gen)) if sum(gen) else 0.0,
+        "busy_busiest_over_mean": max(busy) / (sum(busy) / len(busy)) if sum(busy) else 0.0,
+        "workers_used": sum(1 for g in gen if g > 0),
+        "cache_hit_rate": sum(w["cached_tokens"] for w in per_worker) / prompt if prompt else 0.0,
+    }
+
+
+# ---- main ---------------------------------------------------------------------------------
+def sglang_stack() -> Optional[SglangCpuStack]:
+    try:
+        stack = SglangCpuStack.load(STACK_DIR)
+    except (OSError, ValueError, KeyError):
+        return None
+    python = Path(stack.python)
+    if not list((python.parents[1] / "lib").glob("python*/site-packages/sglang_router-0.3.2.dist-info")):
+        return None
+    return stack
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    wl = Workload(groups=args.groups, group_size=args.group_size, prompt_tokens=args.prompt_tokens,
+                  turns=args.turns, max_new_tokens=args.max_new_tokens, observation_tokens=args.observation_tokens,
+                  env_s=args.env_s, rewrite_fraction=args.rewrite_fraction, seed=args.seed)
+    stack = None if args.no_sglang_router else sglang_stack()
+    notes = [] if stack is not None or args.no_sglang_router else [
+        "sglang-router 0.3.2 is not set up (scripts/setup_sglang_cpu.sh): its rows are missing"]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="pearl-placement-") as tmp:
+        model_dir = Path(tmp)
+        (model_dir / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"],
+                                                           "model_type": "qwen3", "vocab_size": 151936}))
+        pool = await start_pool(args.workers, args.profile, args.time_scale, model_dir)
+        try:
+            for scenario in args.scenarios:
+                join = scenario == "join"
+                active = args.workers // 2 if join else args.workers
+                targets = [PearlTarget(p, pool, active) for p in args.pearl_policies]
+                if stack is not None:
+                    targets += [SglangTarget(p, pool, active, stack) for p in SGLANG_POLICIES]
+                for n, target in enumerate(targets):
+                    async with target:
+                        r = await run_one(target, pool, wl, args.time_scale, join=join, run=f"{scenario}{n}")
+                    r["scenario"] = scenario
+                    rows.append(r)
+                    print(line(r), flush=True)
+        finally:
+            for runner in pool.runners:
+                await runner.cleanup()
+    return {"config": {**vars(args), "out": str(args.out), "workload": wl.__dict__}, "notes": notes,
+            "rows": rows}
+
+
+def line(r: dict[str, Any]) -> str:
+    gen = [int(w["generated_tokens"]) for w in r["per_worker"]]
+    s = (f"{r['scenario']:5} {r['target']:26} rollout {r['rollout_s']:7.1f} s  gen busiest/mean "
+         f"{r['generated_busiest_over_mean']:.2f}  busy busiest/mean {r['busy_busiest_over_mean']:.2f}  "
+         f"used {r['workers_used']}  hit {r['cache_hit_rate']:.2f}  gen {gen}")
+    if "join" in r:
+        s += f"  new workers' share after admission {r['join']['new_workers_share']:.2f}"
+    return s
+
+
+def markdown(result: dict[str, Any]) -> str:
+    c = result["config"]
+    out = [f"# Placement benchmark\n\n{c['workers']} emulated workers ({c['profile']}, time scale "
+           f"{c['time_scale']:g}); {c['groups']} GRPO groups x {c['group_size']}, {c['prompt_tokens']}-token "
+           f"shared prompt, {c['turns']} turns of {c['max_new_tokens']} tokens, rewrite fraction "
+           f"{c['rewrite_fraction']:g}.\n"]
+    out += [f"Note: {n}\n" for n in result["notes"]]
+    out += ["| scenario | router | rollout s | gen busiest/mean | busy busiest/mean | workers used | "
+            "cache hit rate | new workers' share after join | generated tokens per worker |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        share = f"{r['join']['new_workers_share']:.2f}" if "join" in r else ""
+        gen = ", ".join(str(int(w["generated_tokens"])) for w in r["per_worker"])
+        out.append(f"| {r['scenario']} | {r['target']} | {r['rollout_s']:.1f} | {r['generated_busiest_over_mean']:.2f} "
+                   f"| {r['busy_busiest_over_mean']:.2f} | {r['workers_used']} | {r['cache_hit_rate']:.2f} | {share} "
+                   f"| {gen} |")
+    return "\n".join(out) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smaller workload (2 groups x 8, 2 turns, 4 workers)")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=16)
+    ap.add_argument("--prompt-tokens", type=int, default=2048)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--observation-tokens", type=int, default=256)
+    ap.add_argument("--env-s", type=float, default=1.0, help="environment time between turns (emulated s)")
+    ap.add_argument("--rewrite-fraction", type=float, default=0.0)
+    ap.add_argument("--profile", default="qwen3-8b-h800-tp2")
+    ap.add_argument("--time-scale", type=float, default=None,
+                    help="emulated seconds per real second (default 0.5, quick 2: slow enough that the "
+                         "single process's CPU stays a small part of the emulated time)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scenarios", nargs="+", default=["grpo", "join"], choices=["grpo", "join"])
+    ap.add_argument("--pearl-policies", nargs="+", default=list(PEARL_POLICIES), choices=PEARL_POLICIES)
+    ap.add_argument("--no-sglang-router", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="JSON result (a .md table is written next to it)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.workers, args.groups, args.group_size, args.turns = 4, 2, 8, 2
+        args.prompt_tokens, args.max_new_tokens, args.observation_tokens = 1024, 32, 64
+    if args.time_scale is None:
+        args.time_scale = 2.0 if args.quick else 0.5
+    if args.workers < 2:
+        ap.error("--workers must be >= 2")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # sglang-router probes new workers with a non-HTTP/1 request first; the workers' aiohttp
+    # answers 400 and logs a traceback for each, which is noise here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    result = asyncio.run(bench(args))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+        args.out.with_suffix(".md").write_text(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

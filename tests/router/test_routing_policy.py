@@ -1,0 +1,147 @@
+"""Routing policies behind the same filters, and the load model's owed work."""
+from __future__ import annotations
+
+import pytest
+
+from pearl_sglang.control.attach import attached_table
+from pearl_sglang.core.placement import WorkerLoad
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.inflight import InFlightRegistry
+from pearl_sglang.router.load import LoadModel
+from pearl_sglang.router.selection import TOKEN_BLOCK, Selector, prefix_key
+
+
+def _table(n: int):
+    return attached_table(regular=tuple(f"http://w{i}" for i in range(n)))
+
+
+def _route(sel: Selector, table, key, loads=None, trajectory=None):
+    target = sel.choose(table, loads=loads or {}, key=key, context=len(key) * TOKEN_BLOCK, trajectory=trajectory)
+    sel.remember(target, key, trajectory)
+    return target.worker.slot
+
+
+def test_cost_spreads_a_group_that_cache_aware_keeps_on_one_worker():
+    table = _table(4)
+    key = prefix_key(list(range(2048)), None)
+    for name, expected in (("cost", [2, 2, 2, 2]), ("cache_aware", [8, 0, 0, 0])):
+        sel, running = Selector(routing=name), {s: 0 for s in range(4)}
+        for _ in range(8):
+            slot = _route(sel, table, key, {s: WorkerLoad(running=n) for s, n in running.items()})
+            running[slot] += 1
+        assert sorted(running.values(), reverse=True) == expected, name
+
+
+def test_cache_aware_yields_to_load_past_sglang_routers_thresholds():
+    table = _table(2)
+    key = prefix_key(list(range(640)), None)
+    sel = Selector(routing="cache_aware")
+    assert _route(sel, table, key) == 0
+    # 64 more requests and 1.5x the load: the holder still wins; 65 more: the idlest.
+    assert _route(sel, table, key, {0: WorkerLoad(running=64)}) == 0
+    assert _route(sel, table, key, {0: WorkerLoad(running=65)}) == 1
+    # Below the cache threshold: the worker with the smallest prefix tree.
+    assert _route(sel, table, prefix_key(list(range(10_000, 10_640)), None)) == 1 - sel.holder(key)
+
+
+def test_round_robin_and_cost_rotate_short_requests_over_the_pool():
+    table = _table(5)
+    for name in ("round_robin", "cost"):
+        sel = Selector(routing=name)
+        assert sorted(_route(sel, table, ()) for _ in range(5)) == [0, 1, 2, 3, 4], name
+
+
+def test_a_trajectory_follows_its_prefix_under_cost():
+    table = _table(3)
+    sel = Selector(routing="cost")
+    ids = list(range(8192))
+    first = _route(sel, table, prefix_key(ids, None), trajectory="t")
+    loads = {s: WorkerLoad(running=1) for s in range(3) if s != first}
+    nxt = _route(sel, table, prefix_key(ids + list(range(300)), None), loads={**loads, first: WorkerLoad(running=2)},
+                 trajectory="t")
+    assert nxt == first
+
+
+def test_unknown_routing_policy_is_a_config_error():
+    with pytest.raises(ValueError, match="--routing-policy"):
+        RouterConfig(routing_policy="random").validate()
+
+
+def test_owed_trajectories_count_until_their_next_turn_or_expiry():
+    loads = LoadModel(InFlightRegistry(), owed_ttl_s=10.0)
+    loads.turn_ended("a", 0, now=0.0)
+    loads.turn_ended("b", 0, now=1.0)
+    loads.turn_ended(12345, 1, now=2.0)        # anonymous: the last block of prompt + output
+    snap = loads.snapshot(3.0)
+    assert (snap[0].owed, snap[1].owed) == (2.0, 1.0)
+    loads.turn_started("a")
+    loads.turn_started(None, (7, 12345, 999))  # the next prompt's blocks
+    assert loads.snapshot(3.0)[0].owed == 1.0 and 1 not in loads.snapshot(3.0)
+    assert 0 not in loads.snapshot(11.5)       # b expired
+
+
+def test_queued_prefill_counts_until_the_first_chunk_and_reports_merge():
+    loads = LoadModel(InFlightRegistry())
+    loads.prefill_sent("r1", 2, 4000)
+    loads.prefill_sent("r2", 2, 1000)
+    assert loads.snapshot(0.0)[2].queued_prefill_tokens == 5000
+    loads.prefill_done("r1")
+    loads.prefill_done("r1")
+    assert loads.snapshot(0.0)[2].queued_prefill_tokens == 1000
+    loads.report(3, requests=7, now=0.0)
+    assert loads.snapshot(1.0)[3].running == 7
+    assert 3 not in loads.snapshot(100.0) or loads.snapshot(100.0)[3].running == 0
+
+
+def test_utilization_counts_busy_time_tokens_and_steps():
+    from pearl_sglang.router.utilization import Utilization
+
+    now = [0.0]
+    u = Utilization(clock=lambda: now[0])
+    u.occupancy(0, 0, 1)
+    now[0] = 2.0
+    u.occupancy(0, 1, 2)
+    u.completed(0, prompt_tokens=1000, cached_tokens=600, generated_tokens=50)
+    now[0] = 3.0
+    u.occupancy(0, 2, 0)
+    u.occupancy(1, 0, 1)
+    now[0] = 4.0
+    step = u.close_step()                     # slot 1 is still busy: its second is split off
+    assert step["workers"]["0"] == {"busy_s": 3.0, "prefill_tokens": 400, "generated_tokens": 50,
+                                    "cached_tokens": 600, "requests": 1}
+    assert step["workers"]["1"]["busy_s"] == 1.0
+    assert step["busy_busiest_over_mean"] == 1.5
+    now[0] = 5.0
+    assert u.state()["current_step"]["workers"]["1"]["busy_s"] == 1.0
+    assert u.current_totals()[1].busy_s == 2.0
+
+
+async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
+    from pearl_sglang.router.app import _ProfileRates
+    from pearl_sglang.router.selection import DEFAULT_RATES
+
+    class _St:
+        control = None
+
+    rates = _ProfileRates(_St())
+    assert rates() == DEFAULT_RATES
+    for _ in range(200):
+        rates.observe_generated(96)
+    assert abs(rates().r - 96) < 1 and rates().b == DEFAULT_RATES.b
+
+
+def test_the_cluster_config_names_the_routing_policy_and_the_flag_wins(tiny_model_dir):
+    from pearl_sglang.control.cluster_config import ConfigError
+    from pearl_sglang.control.state_store import StateStore
+    from pearl_sglang.router.app import build_app
+    from pearl_sglang.router.state import ROUTER
+    from tests.control.conftest import cluster_config
+
+    with pytest.raises(ConfigError, match="routing_policy"):
+        cluster_config(tiny_model_dir, routing_policy="random")
+    cluster = cluster_config(tiny_model_dir, routing_policy="round_robin")
+    store = StateStore(_table(2))
+    assert build_app(RouterConfig(), store, cluster)[ROUTER].selector.routing.name == "round_robin"
+    flag = RouterConfig(routing_policy="cache_aware")
+    assert build_app(flag, store, cluster)[ROUTER].selector.routing.name == "cache_aware"
+    assert build_app(RouterConfig(), store)[ROUTER].selector.routing.name == "cost"
