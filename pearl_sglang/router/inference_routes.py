@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 import secrets
 import time
 from typing import Any, AsyncIterator
@@ -26,12 +28,14 @@ from pearl_sglang.router.errors import (
 from pearl_sglang.router.generate_request import parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
+from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.worker_client import abort
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
+log = logging.getLogger("pearl.router")
 
 
 def _rejected(e: WorkerRejected) -> web.Response:
@@ -85,15 +89,22 @@ async def generate(request: web.Request) -> web.StreamResponse:
         st.metrics.latency.labels("generate").observe(time.monotonic() - started)
 
 
+_TURN = re.compile(r"[0-9]{1,9}")
+
+
 def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | None, int | None]:
+    """Strict: a turn is 1-9 ASCII digits, a trajectory id at most 256 printable ASCII
+    characters (anything else is a 400 naming the header)."""
     trajectory = request.headers.get(TRAJECTORY_HEADER) or None
     raw_turn = request.headers.get(TURN_HEADER)
-    if raw_turn is not None and not raw_turn.isdigit():
-        raise BadRequest(f"{TURN_HEADER} must be a non-negative integer, got {raw_turn!r}")
+    if raw_turn is not None and not _TURN.fullmatch(raw_turn):
+        raise BadRequest(f"{TURN_HEADER} must be a non-negative integer of at most 9 ASCII digits, "
+                         f"got {raw_turn[:40]!r}", kind="invalid_header")
+    if trajectory is not None and (len(trajectory) > 256 or not (trajectory.isascii() and trajectory.isprintable())):
+        raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 printable ASCII characters",
+                         kind="invalid_header")
     if batch and trajectory is not None:
         raise BadRequest(f"{TRAJECTORY_HEADER} names one trajectory; send its turns one by one")
-    if trajectory is not None and len(trajectory) > 256:
-        raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 characters")
     return trajectory, int(raw_turn) if raw_turn is not None else None
 
 
@@ -112,7 +123,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
     done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
         exc = task.exception()
-        if isinstance(exc, (RouterError, WorkerRejected)):
+        if exc is not None and not isinstance(exc, StopAsyncIteration):
             for t in first:
                 t.cancel()
             raise exc
@@ -130,6 +141,10 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             pass
         except (RouterError, WorkerError) as e:
             await queue.put((index, _error_event(e)))
+        except Exception as e:  # noqa: BLE001 - the 200 is sent: the client must still learn of it
+            log.exception("generate item %s failed", index)
+            await queue.put((index, {"error": {"message": f"internal router error: {e!r}",
+                                               "type": "internal_error", "code": 500}}))
         finally:
             await queue.put((index, None))
 
@@ -173,6 +188,9 @@ async def abort_request(request: web.Request) -> web.Response:
     rid, abort_all = body.get("rid"), body.get("abort_all", False)
     if not isinstance(abort_all, bool) or (not abort_all and (not isinstance(rid, str) or not rid)):
         raise BadRequest("give a non-empty string 'rid' or 'abort_all': true")
+    if not abort_all and len(rid) > st.config.limits.max_rid_length:
+        raise BadRequest(f"'rid' must be at most {st.config.limits.max_rid_length} characters",
+                         kind="limit_max_rid_length")
     entries = st.inflight.matching(None if abort_all else rid)
     calls = []
     for entry in entries:
@@ -185,14 +203,19 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def openai_proxy(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    for key in ("bootstrap_host", "bootstrap_port", "bootstrap_room"):
-        body.pop(key, None)
+    call = parse_openai(await read_json(request), st.config.limits, chat=request.path.endswith("chat/completions"))
+    body = call.body
+    trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
-    trajectory = request.headers.get(TRAJECTORY_HEADER)
+    if call.stream:
+        with _StreamSlot(st, request):
+            return await _proxy_with_retries(request, st, key, trajectory, body)
+    return await _proxy_with_retries(request, st, key, trajectory, body)
+
+
+async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
+                              trajectory: str | None, body: dict[str, Any]) -> web.StreamResponse:
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):

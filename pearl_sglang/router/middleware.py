@@ -15,6 +15,7 @@ from aiohttp import web
 
 from pearl_sglang import fastjson
 from pearl_sglang.router.errors import RouterError, Unauthorized
+from pearl_sglang.router.limits import json_depth_exceeds
 
 log = logging.getLogger("pearl.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -84,7 +85,10 @@ def auth_middleware(*, admin_token: str | None, api_key: str | None,
 
 
 async def read_json(request: web.Request) -> object:
+    """The body as JSON, refused with a 400 when it is not JSON or nests deeper than
+    ``max_json_depth``: a deep body must never reach code that recurses over it."""
     from pearl_sglang.router.errors import BadRequest
+    from pearl_sglang.router.state import ROUTER
 
     ctype = request.headers.get("Content-Type", "application/json")
     if "json" not in ctype:
@@ -93,6 +97,11 @@ async def read_json(request: web.Request) -> object:
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
     try:
-        return fastjson.loads(raw)
+        body = fastjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"malformed JSON: {e}", kind="invalid_json") from e
+        kind = "limit_max_json_depth" if "depth" in str(e) else "invalid_json"
+        raise BadRequest(f"malformed JSON: {e}", kind=kind) from e
+    limit = request.app[ROUTER].config.limits.max_json_depth
+    if json_depth_exceeds(body, limit):
+        raise BadRequest(f"the JSON body nests deeper than max_json_depth={limit}", kind="limit_max_json_depth")
+    return body
