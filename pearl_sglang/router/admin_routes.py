@@ -20,12 +20,18 @@ async def health(request: web.Request) -> web.Response:
 async def readiness(request: web.Request) -> web.Response:
     st = request.app[ROUTER]
     table = st.store.table
-    topo = table.active_topology()
     open_slots = st.breakers.open_slots()
     routable = [w for w in table.active() if w.slot not in open_slots]
-    ready = bool(topo.colocated) or (bool(topo.prefill) and bool(topo.decode))
+    roles = {w.role for w in routable}
+    # Ready means a request can be served now: a colocated worker, or both halves of a PD
+    # pair, with closed circuits (an ACTIVE worker whose circuit is open serves nobody).
+    ready = Role.COLOCATED in roles or (Role.PREFILL in roles and Role.DECODE in roles)
+    pd_roles = roles & {Role.PREFILL, Role.DECODE}
+    missing = ([] if ready else [r.value for r in (Role.PREFILL, Role.DECODE) if r not in roles] if pd_roles
+               else [Role.COLOCATED.value])
     body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(routable),
-            "total_workers": len(table.rollout_workers()), "topology": topo.label(),
+            "total_workers": len(table.rollout_workers()), "topology": table.active_topology().label(),
+            "open_circuits": sorted(open_slots), "missing_roles": missing,
             "admission_open": st.gate.is_open}
     return web.json_response(body, status=200 if ready else 503)
 

@@ -53,9 +53,14 @@ def access_class(request: web.Request) -> str:
 
 @web.middleware
 async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
-    resp = await handler(request)
+    """Outermost: counts every answer, the error replies built from raised errors too."""
     route = request.match_info.route.resource
     endpoint = route.canonical if route is not None else "unmatched"
+    try:
+        resp = await handler(request)
+    except web.HTTPException as e:
+        request.app[ROUTER].metrics.requests.labels(endpoint, str(e.status)).inc()
+        raise
     request.app[ROUTER].metrics.requests.labels(endpoint, str(resp.status)).inc()
     return resp
 
@@ -142,7 +147,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
-        middlewares=[errors_middleware, _count_requests,
+        middlewares=[_count_requests, errors_middleware,
                      auth_middleware(admin_token=config.security.admin_token,
                                      api_key=config.security.api_key, access=access_class)])
     app[ROUTER] = st
@@ -153,7 +158,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st))
+            on_worker_failure=_on_failure(st), on_complete=_record_completion(st),
+            wait_for_workers=cluster is not None)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
         yield
         probe.cancel()

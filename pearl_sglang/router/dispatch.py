@@ -70,7 +70,8 @@ class Dispatcher:
                  inflight: InFlightRegistry, gate: AdmissionGate,
                  config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
-                 on_complete: Callable[[Completed], None] = lambda c: None) -> None:
+                 on_complete: Callable[[Completed], None] = lambda c: None,
+                 wait_for_workers: bool = True) -> None:
         self.transport = transport
         self.store = store
         self.selector = selector
@@ -80,6 +81,9 @@ class Dispatcher:
         self.unavailable = unavailable
         self.on_worker_failure = on_worker_failure
         self.on_complete = on_complete
+        # Without a control plane nothing will bring a worker back before a client gives
+        # up: refuse at once instead of holding every request for ``route_wait_s``.
+        self.wait_for_workers = wait_for_workers
         self.migrations = 0
 
     async def run(self, item: GenerateItem, *, trajectory: str | None = None, turn: int | None = None,
@@ -168,7 +172,8 @@ class Dispatcher:
                     what: str) -> Target:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
-        is left, so one bad call never strands a request."""
+        is left, so one bad call never strands a request. Without a control plane
+        (``wait_for_workers`` false) no route is a 503 at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.route_wait_s
         while True:
@@ -180,6 +185,10 @@ class Dispatcher:
                     exclude.clear()
                     continue
                 left = deadline - loop.time()
+                if not self.wait_for_workers:
+                    raise ServiceUnavailable(
+                        f"no worker can take {what}: none is active with a closed circuit "
+                        f"(open circuits: {sorted(self.unavailable()) or 'none'})", kind="no_worker") from None
                 if left <= 0:
                     raise ServiceUnavailable(
                         f"no active worker could take {what} within {self.config.route_wait_s:.0f}s",
