@@ -168,7 +168,8 @@ def _sse(obj: Any) -> bytes:
 
 
 async def _start_sse(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    # SGLang (Starlette) adds the charset to every text/* media type.
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     return resp
 

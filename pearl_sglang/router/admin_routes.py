@@ -58,6 +58,31 @@ async def _proxy_get(request: web.Request, path: str) -> web.Response:
         raise ServiceUnavailable(f"worker {worker.slot} did not answer {path}: {e!r}") from e
 
 
+async def health_generate(request: web.Request) -> web.Response:
+    """Like SGLang's: an empty 200 when a generation can be served now. Every routable
+    worker runs its own ``/health_generate`` concurrently; the answer is 200 when those that
+    passed make a servable topology (a colocated worker, or a prefill and a decode)."""
+    st = request.app[ROUTER]
+    open_slots = st.breakers.open_slots()
+    workers = [w for w in st.store.table.active() if w.endpoint and w.slot not in open_slots]
+    timeout = aiohttp.ClientTimeout(total=st.config.timeouts.control_s)
+
+    async def one(w) -> str:
+        try:
+            async with st.session.get(w.endpoint + "/health_generate", timeout=timeout) as resp:
+                return "ok" if resp.status == 200 else f"HTTP {resp.status}"
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return repr(e)
+
+    results = await asyncio.gather(*(one(w) for w in workers))
+    roles = {w.role for w, r in zip(workers, results) if r == "ok"}
+    if Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles:
+        return web.Response(status=200)
+    detail = {str(w.slot): r for w, r in zip(workers, results)}
+    raise ServiceUnavailable(f"no servable set of workers passed /health_generate: {detail or 'no routable worker'}",
+                             kind="no_worker")
+
+
 async def model_info(request: web.Request) -> web.Response:
     return await _proxy_get(request, "/model_info")
 

@@ -178,8 +178,10 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
     r.add_post("/v1/chat/completions", inference_routes.openai_proxy)
     r.add_post("/abort_request", inference_routes.abort_request)
     r.add_get("/v1/models", admin_routes.models)
-    r.add_get("/model_info", admin_routes.model_info)
-    r.add_get("/server_info", admin_routes.server_info)
+    for prefix in ("/", "/get_"):  # SGLang answers both spellings
+        r.add_get(prefix + "model_info", admin_routes.model_info)
+        r.add_get(prefix + "server_info", admin_routes.server_info)
+    r.add_get("/health_generate", admin_routes.health_generate)
     r.add_get("/health", admin_routes.health)
     r.add_get("/liveness", admin_routes.health)
     r.add_get("/readiness", admin_routes.readiness)

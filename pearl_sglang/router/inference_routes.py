@@ -36,6 +36,8 @@ from pearl_sglang.router.worker_client import abort
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
 log = logging.getLogger("pearl.router")
+# What SGLang's own streaming answers carry.
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
 
 def _rejected(e: WorkerRejected) -> web.Response:
@@ -127,7 +129,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             for t in first:
                 t.cancel()
             raise exc
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
     await resp.prepare(request)
     queue: asyncio.Queue = asyncio.Queue()
 
@@ -251,8 +253,10 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
                 if up.status < 500:
                     raise WorkerRejected(str(main.slot), up.status, data, up.headers.get("Content-Type", "application/json"))
                 raise WorkerFailed(str(main.slot), f"HTTP {up.status}")
-            resp = web.StreamResponse(status=up.status, headers={
-                "Content-Type": up.headers.get("Content-Type", "application/json")})
+            ctype = up.headers.get("Content-Type", "application/json")
+            if ctype.startswith("text/event-stream"):
+                ctype = SSE_CONTENT_TYPE
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": ctype})
             await resp.prepare(request)
             async for data in up.content.iter_any():
                 await resp.write(data)
