@@ -105,10 +105,13 @@ class Run:
     def body(self, i: int, *, final: bool) -> dict:
         h, req = self.handles[i], self.items[i]
         inp = _input_logprobs(req.input_ids) if req.return_logprob else None
-        return {"text": self.text(i),
-                "output_ids": list(h.output_ids),
-                "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
-                                       input_logprobs=inp)}
+        out = {"text": self.text(i),
+               "output_ids": list(h.output_ids),
+               "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
+                                      input_logprobs=inp)}
+        if req.return_prompt_token_ids:  # SGLang sends them with every chunk
+            out["prompt_token_ids"] = list(req.input_ids)
+        return out
 
     def text(self, i: int) -> str:
         return output_text(self.worker.codec, self.handles[i], self.items[i].sampling, self.texts[i])
