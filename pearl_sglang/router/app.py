@@ -23,6 +23,7 @@ from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
@@ -58,6 +59,11 @@ async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
     endpoint = route.canonical if route is not None else "unmatched"
     try:
         resp = await handler(request)
+    except asyncio.CancelledError:
+        if request.transport is None or request.transport.is_closing():
+            # The client hung up (the handler was cancelled for it): nginx's "client closed".
+            request.app[ROUTER].metrics.requests.labels(endpoint, "499").inc()
+        raise
     except web.HTTPException as e:
         request.app[ROUTER].metrics.requests.labels(endpoint, str(e.status)).inc()
         raise
@@ -161,10 +167,13 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
             on_worker_failure=_on_failure(st), on_complete=_record_completion(st),
             wait_for_workers=cluster is not None)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+        st.client_watch = ClientWatch(config.client_check_s)
+        watch = asyncio.ensure_future(st.client_watch.run())
         yield
-        probe.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await probe
+        for task in (probe, watch):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)

@@ -66,6 +66,8 @@ class RouterConfig:
     health_interval_s: float = 10.0
     failures_to_open: int = 3
     breaker_cooldown_s: float = 30.0
+    # How often the connections of non-streaming requests are checked for clients that left.
+    client_check_s: float = 0.5
 
     def validate(self) -> None:
         if self.policy not in POLICIES:

@@ -9,6 +9,7 @@ gives RL frameworks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang import fastjson
+from pearl_sglang.router.client_watch import client_gone
 from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerUnavailable,
@@ -82,7 +84,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if call.stream:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
-        results = await asyncio.gather(*(_last(r) for r in runs))
+        with st.client_watch.watching(request):
+            results = await asyncio.gather(*(_last(r) for r in runs))
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
     except WorkerRejected as e:
@@ -112,8 +115,9 @@ def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | Non
 
 async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
     last = None
-    async for chunk in run:
-        last = chunk
+    async with contextlib.aclosing(run):  # cancelled (the client left): abort at the worker now
+        async for chunk in run:
+            last = chunk
     return last
 
 
@@ -162,6 +166,10 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
                 chunk = {**chunk, "index": index}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
+    except ConnectionResetError:
+        # The client left mid-stream: a normal event. Cancelling the pumps closes the runs,
+        # which abort the requests at their workers.
+        log.info("client %s left a /generate stream", request.remote)
     finally:
         for p in pumps:
             p.cancel()
@@ -213,7 +221,8 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     if call.stream:
         with _StreamSlot(st, request):
             return await _proxy_with_retries(request, st, key, trajectory, body)
-    return await _proxy_with_retries(request, st, key, trajectory, body)
+    with st.client_watch.watching(request):
+        return await _proxy_with_retries(request, st, key, trajectory, body)
 
 
 async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
@@ -263,9 +272,20 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
         await resp.write_eof()
         return resp
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
-        if resp is not None:
-            raise  # bytes already reached the client: nothing can be retried
-        raise WorkerUnavailable(str(main.slot), repr(e)) from e
+        if resp is None:
+            raise WorkerUnavailable(str(main.slot), repr(e)) from e
+        if client_gone(request):
+            log.info("client %s left %s", request.remote, request.path)
+            return resp
+        # The worker broke after bytes reached the client: nothing can be retried here, but
+        # the client must learn of it (an error event, or a connection closed mid-body).
+        st.breakers.failure(main.slot)
+        if resp.content_type == "text/event-stream":
+            with contextlib.suppress(ConnectionError):
+                error = UpstreamFailed(f"worker {main.slot} failed mid-stream: {e!r}").body()
+                await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+        resp.force_close()
+        return resp
     finally:
         if prefill_task is not None and not prefill_task.done():
             prefill_task.cancel()

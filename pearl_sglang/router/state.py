@@ -9,6 +9,7 @@ from aiohttp import web
 
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.dispatch import Dispatcher
 from pearl_sglang.router.health import CircuitBreakers
@@ -32,6 +33,7 @@ class RouterState:
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None
     control: "Orchestrator | None" = None
+    client_watch: ClientWatch | None = None
 
 
 if TYPE_CHECKING:
