@@ -31,6 +31,7 @@ from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.stall import stall_bound_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster = apply_policy(ClusterConfig.load(args.config), config.policy)
             if args.state_dir:
                 cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
+            if args.stall_s is None:
+                bound = stall_bound_s(cluster.profile, config.dispatch.internal_stream_interval,
+                                      time_scale=cluster.time_scale)
+                config = dataclasses.replace(config, timeouts=dataclasses.replace(config.timeouts, chunk_s=bound))
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
         elif a.regular or a.prefill:

@@ -100,6 +100,13 @@ def _on_failure(st: RouterState):
     return on_failure
 
 
+def _on_stall(st: RouterState):
+    def on_stall(slot: int) -> None:
+        st.breakers.trip(slot)
+        st.metrics.worker_failures.labels(str(slot)).inc()
+    return on_stall
+
+
 def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory):
     """Build the control plane once the application's session exists; bootstrap the
     cluster in the background (the router serves while workers start)."""
@@ -164,9 +171,11 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st),
+            on_worker_failure=_on_failure(st), on_worker_stalled=_on_stall(st),
+            on_complete=_record_completion(st),
             wait_for_workers=cluster is not None)
-        probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+        probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
+                                                 timeout_s=min(20.0, config.timeouts.chunk_s)))
         st.client_watch = ClientWatch(config.client_check_s)
         watch = asyncio.ensure_future(st.client_watch.run())
         yield

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
+from pearl_sglang.router.stall import DEFAULT_STALL_S
 from pearl_sglang.router.worker_client import Timeouts
 
 POLICIES = ("static", "pearl")
@@ -77,6 +78,8 @@ class RouterConfig:
         self.attached.validate()
         self.limits.validate()
         self.dispatch.validate()
+        if not self.timeouts.chunk_s > 0:
+            raise ValueError("--stall-s must be > 0")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +107,10 @@ class RouterConfig:
         parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s)
         parser.add_argument("--admission-wait-s", type=float, default=60.0)
         parser.add_argument("--health-interval-s", type=float, default=10.0)
+        parser.add_argument("--stall-s", type=float, default=None,
+                            help="seconds a worker may stay silent on a stream before it is taken out "
+                                 "of routing and its requests move (default: derived from the "
+                                 "profile of --config, else 120)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -125,4 +132,5 @@ class RouterConfig:
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
+            timeouts=Timeouts(chunk_s=args.stall_s if args.stall_s is not None else DEFAULT_STALL_S),
         )

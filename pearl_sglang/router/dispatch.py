@@ -19,7 +19,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
-    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerUnavailable,
+    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry
@@ -70,6 +70,7 @@ class Dispatcher:
                  inflight: InFlightRegistry, gate: AdmissionGate,
                  config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
+                 on_worker_stalled: Callable[[int], None] = lambda slot: None,
                  on_complete: Callable[[Completed], None] = lambda c: None,
                  wait_for_workers: bool = True) -> None:
         self.transport = transport
@@ -80,6 +81,7 @@ class Dispatcher:
         self.config = config
         self.unavailable = unavailable
         self.on_worker_failure = on_worker_failure
+        self.on_worker_stalled = on_worker_stalled
         self.on_complete = on_complete
         # Without a control plane nothing will bring a worker back before a client gives
         # up: refuse at once instead of holding every request for ``route_wait_s``.
@@ -133,7 +135,11 @@ class Dispatcher:
                 except (WorkerUnavailable, WorkerFailed) as e:
                     slot = int(e.worker_id)
                     failed.add(slot)
-                    if isinstance(e, WorkerUnavailable):
+                    if isinstance(e, WorkerStalled):
+                        # Hung: out of routing at once. Every other request it holds stalls
+                        # within the same bound and moves the same way.
+                        self.on_worker_stalled(slot)
+                    elif isinstance(e, WorkerUnavailable):
                         # Only an unreachable worker is suspect; one that answered 5xx to
                         # this request is alive and must stay in routing for everyone else.
                         self.on_worker_failure(slot)

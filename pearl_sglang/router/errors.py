@@ -76,6 +76,10 @@ class WorkerUnavailable(WorkerError):
     """Connection refused, reset, timed out or cut mid-stream: try another worker."""
 
 
+class WorkerStalled(WorkerUnavailable):
+    """The worker sent nothing on a stream for the stall bound: hung (stopped, wedged)."""
+
+
 class WorkerFailed(WorkerError):
     """The worker answered 5xx or an error event: try another worker."""
 

@@ -25,7 +25,7 @@ from pearl_sglang import fastjson
 from pearl_sglang.router.client_watch import client_gone
 from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
-    WorkerUnavailable,
+    WorkerStalled, WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import parse_generate
 from pearl_sglang.router.inflight import EndCause
@@ -238,7 +238,9 @@ async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[
             return _rejected(e)
         except WorkerError as e:
             failed.add(int(e.worker_id))
-            if isinstance(e, WorkerUnavailable):
+            if isinstance(e, WorkerStalled):
+                st.breakers.trip(int(e.worker_id))
+            elif isinstance(e, WorkerUnavailable):
                 st.breakers.failure(int(e.worker_id))
             last_error = e
     raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
@@ -272,14 +274,15 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
         await resp.write_eof()
         return resp
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        stalled = isinstance(e, asyncio.TimeoutError)
         if resp is None:
-            raise WorkerUnavailable(str(main.slot), repr(e)) from e
+            raise (WorkerStalled if stalled else WorkerUnavailable)(str(main.slot), repr(e)) from e
         if client_gone(request):
             log.info("client %s left %s", request.remote, request.path)
             return resp
         # The worker broke after bytes reached the client: nothing can be retried here, but
         # the client must learn of it (an error event, or a connection closed mid-body).
-        st.breakers.failure(main.slot)
+        st.breakers.trip(main.slot) if stalled else st.breakers.failure(main.slot)
         if resp.content_type == "text/event-stream":
             with contextlib.suppress(ConnectionError):
                 error = UpstreamFailed(f"worker {main.slot} failed mid-stream: {e!r}").body()
