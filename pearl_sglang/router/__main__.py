@@ -19,8 +19,10 @@ from the command line, so it does not show in process lists.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
+import signal
 import sys
 
 from aiohttp import web
@@ -31,6 +33,8 @@ from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import raise_descriptor_limit, start_site
+from pearl_sglang.router.state import ROUTER
 from pearl_sglang.router.stall import stall_bound_s
 
 
@@ -67,9 +71,23 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    raise_descriptor_limit()
     app = build_app(config, StateStore(table), cluster)
-    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, backlog=4096)
+    asyncio.run(_serve(app, config.host, config.port))
     return 0
+
+
+async def _serve(app: web.Application, host: str, port: int) -> None:
+    """Like ``web.run_app``, through the connection guard; SIGINT/SIGTERM stop it cleanly."""
+    runner, _ = await start_site(app, app[ROUTER].connections, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 if __name__ == "__main__":

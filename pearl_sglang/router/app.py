@@ -25,6 +25,7 @@ from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import ConnectionGuard
 from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
@@ -57,6 +58,7 @@ async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
     """Outermost: counts every answer, the error replies built from raised errors too."""
     route = request.match_info.route.resource
     endpoint = route.canonical if route is not None else "unmatched"
+    request.app[ROUTER].connections.request_started(request.protocol)
     try:
         resp = await handler(request)
     except asyncio.CancelledError:
@@ -157,7 +159,8 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         inflight=InFlightRegistry(),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
-        metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={})
+        metrics=RouterMetrics(lambda: store.table), telemetry=TelemetryCollector(), streams_by_client={},
+        connections=ConnectionGuard(config.connections))
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[_count_requests, errors_middleware,

@@ -6,6 +6,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 
+from pearl_sglang.router.connections import ConnectionLimits
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.stall import DEFAULT_STALL_S
@@ -60,6 +61,7 @@ class RouterConfig:
     attached: AttachedWorkers = field(default_factory=AttachedWorkers)
     security: Security = field(default_factory=Security)
     limits: Limits = field(default_factory=Limits)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     timeouts: Timeouts = field(default_factory=Timeouts)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     admission_max_waiting: int = 10000
@@ -77,6 +79,7 @@ class RouterConfig:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
         self.limits.validate()
+        self.connections.validate()
         self.dispatch.validate()
         if not self.timeouts.chunk_s > 0:
             raise ValueError("--stall-s must be > 0")
@@ -111,6 +114,15 @@ class RouterConfig:
                             help="seconds a worker may stay silent on a stream before it is taken out "
                                  "of routing and its requests move (default: derived from the "
                                  "profile of --config, else 120)")
+        conn = parser.add_argument_group("client connections")
+        conn.add_argument("--header-timeout-s", type=float, default=ConnectionLimits.header_timeout_s,
+                          help="a connection must send a request's headers within this")
+        conn.add_argument("--body-timeout-s", type=float, default=ConnectionLimits.body_timeout_s,
+                          help="a request's body must arrive within this (408 otherwise)")
+        conn.add_argument("--max-connections-per-client", type=int, default=ConnectionLimits.max_per_client)
+        conn.add_argument("--max-connections", type=int, default=None,
+                          help="client connections in all (default: half of what the descriptor limit "
+                               "leaves after a reserve)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -128,6 +140,9 @@ class RouterConfig:
                               api_key=os.environ.get(args.api_key_env) or None,
                               allowed_worker_hosts=tuple(args.allowed_worker_hosts)),
             limits=Limits.from_cli_args(args),
+            connections=ConnectionLimits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                                         max_per_client=args.max_connections_per_client,
+                                         max_total=args.max_connections),
             dispatch=DispatchConfig(max_attempts=args.max_attempts,
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),

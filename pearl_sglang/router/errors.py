@@ -39,6 +39,11 @@ class NotFound(RouterError):
     kind = "not_found"
 
 
+class RequestTimeout(RouterError):
+    status = 408
+    kind = "body_timeout"
+
+
 class PayloadTooLarge(RouterError):
     status = 413
     kind = "limit_max_body_bytes"

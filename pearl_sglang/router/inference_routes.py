@@ -135,36 +135,52 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             raise exc
     resp = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    queue: asyncio.Queue = asyncio.Queue()
+    # Chunks are cumulative, so only each item's newest one matters: a client that reads
+    # slowly gets fewer, newer chunks (nothing is lost, the last one is whole), and the
+    # router holds at most one unsent chunk per item however slowly the client reads.
+    count = len(runs)
+    latest: list[dict[str, Any] | None] = [None] * count
+    ended = [False] * count
+    end_event: list[dict[str, Any] | None] = [None] * count
+    changed = asyncio.Event()
 
     async def pump(index: int, run: AsyncIterator[dict[str, Any]], head: asyncio.Future) -> None:
         try:
             chunk = await head
             while True:
-                await queue.put((index, chunk))
+                latest[index] = chunk
+                changed.set()
                 chunk = await run.__anext__()
         except StopAsyncIteration:
             pass
         except (RouterError, WorkerError) as e:
-            await queue.put((index, _error_event(e)))
+            end_event[index] = _error_event(e)
         except Exception as e:  # noqa: BLE001 - the 200 is sent: the client must still learn of it
             log.exception("generate item %s failed", index)
-            await queue.put((index, {"error": {"message": f"internal router error: {e!r}",
-                                               "type": "internal_error", "code": 500}}))
+            end_event[index] = {"error": {"message": f"internal router error: {e!r}",
+                                          "type": "internal_error", "code": 500}}
         finally:
-            await queue.put((index, None))
+            ended[index] = True
+            changed.set()
+
+    def event(index: int, chunk: dict[str, Any]) -> bytes:
+        return b"data: " + fastjson.dumps({**chunk, "index": index} if is_batch else chunk) + b"\n\n"
 
     pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
-    open_items = len(runs)
+    closed = [False] * count
     try:
-        while open_items:
-            index, chunk = await queue.get()
-            if chunk is None:
-                open_items -= 1
-                continue
-            if is_batch:
-                chunk = {**chunk, "index": index}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        while not all(closed):
+            await changed.wait()
+            changed.clear()
+            for i in range(count):
+                chunk = latest[i]
+                if chunk is not None:
+                    latest[i] = None
+                    await resp.write(event(i, chunk))  # waits while the client's buffer is full
+                if ended[i] and not closed[i] and latest[i] is None:
+                    closed[i] = True
+                    if end_event[i] is not None:
+                        await resp.write(b"data: " + fastjson.dumps(end_event[i]) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
     except ConnectionResetError:
         # The client left mid-stream: a normal event. Cancelling the pumps closes the runs,
