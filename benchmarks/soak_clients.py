@@ -133,8 +133,8 @@ async def _normal(url: str, n: int, soak: ClientSoak) -> None:
 
 
 async def _never_reading(url: str, port: int, tokens: int, router: subprocess.Popen, soak: ClientSoak) -> None:
-    body = json.dumps({"input_ids": list(range(100, 400)), "stream": True,
-                       "sampling_params": {"max_new_tokens": tokens, "ignore_eos": True, "stream_interval": 1}}).encode()
+    sampling = {"max_new_tokens": tokens, "ignore_eos": True, "stream_interval": 1}
+    body = json.dumps({"input_ids": list(range(100, 400)), "stream": True, "sampling_params": sampling}).encode()
     soak.router_rss_before_mb = round(_rss_mb(router.pid), 1)
     writers = []
     for _ in range(soak.never_reading_clients):
