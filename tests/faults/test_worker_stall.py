@@ -61,8 +61,11 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
                 os.kill(victim.pid, signal.SIGSTOP)
                 stopped = True
                 stopped_at = time.monotonic()
+                while victim_slot not in app[ROUTER].breakers.open_slots():
+                    assert time.monotonic() - stopped_at < stall_s + 30, "the stall was never detected"
+                    await asyncio.sleep(0.05)
+                opened_within = time.monotonic() - stopped_at
                 results = await asyncio.gather(*streams)
-                moved_within = time.monotonic() - stopped_at
                 assert victim_slot in app[ROUTER].breakers.open_slots()
                 started = time.monotonic()
                 fresh = await asyncio.gather(*(c.post(url + "/generate", json={
@@ -76,8 +79,8 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
     for events, want in zip(results, expected):
         assert assert_continuous(events)[-1]["output_ids"] == want
     assert any(assert_continuous(e)[-1]["meta_info"].get("pearl_attempts", 1) >= 2 for e in results)
-    # Generous: the survivor finishes the moved requests too, on two loaded cores.
-    assert moved_within < stall_s + 60, moved_within
+    # The stall bound plus scheduling noise on two loaded cores.
+    assert opened_within < stall_s + 15, opened_within
     assert [r.status_code for r in fresh] == [200] * 6
     assert fresh_s < stall_s, f"a new request waited on the stopped worker ({fresh_s:.1f}s)"
 
