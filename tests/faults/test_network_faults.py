@@ -6,6 +6,7 @@ elsewhere token for token (one continuous stream for a streaming client) or as a
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -139,3 +140,34 @@ async def test_worker_hung_mid_stream_with_no_alternative_ends_with_partial_outp
     assert events[-1] == "[DONE]"
     assert events[-2]["error"]["type"] in ("upstream_failed", "no_worker")
     assert len(events[-3]["output_ids"]) >= 20
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fault", [Fault.HANG, Fault.RESET])
+async def test_openai_stream_whose_worker_fails_mid_stream_ends_with_an_error_event(fault, caplog):
+    """Past the first byte an OpenAI stream cannot move: the client gets an explicit error
+    event and a well-formed end of the chunked body, never a 500 inside it."""
+    config = fault_config(chunk_s=0.5, max_attempts=2)
+    async with emulator(*PACED) as (u0, w0), FaultProxy.to(u0) as proxy:
+        async with running_router(regular=[proxy.url], config=config) as (url, app, _):
+            async def inject(chunk):
+                if proxy.fault is Fault.PASS and len(events) >= 5:
+                    proxy.set(fault)
+
+            events: list = []
+            async with httpx.AsyncClient(timeout=20) as c:
+                async with c.stream("POST", url + "/v1/chat/completions", json={
+                        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600, "ignore_eos": True,
+                        "stream": True}) as r:
+                    assert r.status_code == 200
+                    async for line in r.aiter_lines():
+                        if line.startswith("data:"):
+                            events.append(line[5:].strip())
+                            await inject(events[-1])
+        w0.engine.abort(abort_all=True)
+    assert len(events) > 5
+    last = json.loads(events[-1])
+    assert last["error"]["type"] == "upstream_failed", events[-3:]
+    # The router's own log (the emulated worker's aiohttp server shares this process).
+    errors = [r for r in caplog.records if r.name.startswith("pearl.router") and r.levelno >= 40]
+    assert not errors, [r.getMessage() for r in errors]
