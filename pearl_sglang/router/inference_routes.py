@@ -2,9 +2,9 @@
 
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
 affinity). OpenAI requests are proxied to the chosen worker (or PD pair) as they are, so
-chat templates stay the worker's; they are retried elsewhere only before the first byte
-reached the client (token-exact retention needs token ids, which is what ``/generate``
-gives RL frameworks).
+chat templates stay the worker's; they are in the in-flight registry (load, drain, abort
+by rid) but retried elsewhere only before the first byte reached the client (token-exact
+retention needs token ids, which is what ``/generate`` gives RL frameworks).
 """
 from __future__ import annotations
 
@@ -234,20 +234,46 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
-    if call.stream:
-        with _StreamSlot(st, request):
-            return await _proxy_with_retries(request, st, key, trajectory, body)
-    with st.client_watch.watching(request):
-        return await _proxy_with_retries(request, st, key, trajectory, body)
+    rids = _openai_rids(st, body, call.sequences)
+    # In the in-flight registry like /generate items: counted in the workers' load, waited
+    # for by a drain, aborted by rid. Not movable: the router holds no token ids for them.
+    entries = [st.inflight.open(rid, movable=False) for rid in rids]
+    try:
+        if call.stream:
+            with _StreamSlot(st, request):
+                return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+        with st.client_watch.watching(request):
+            return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+    finally:
+        for rid in rids:
+            st.inflight.close(rid)
+
+
+def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
+    """The rids the worker will know the request by. A single sequence without one gets a
+    router rid (SGLang's OpenAI endpoints take ``rid``), so a drain or abort can name it."""
+    rid = body.get("rid")
+    if rid is None:
+        rid = f"pearl-oai-{secrets.token_hex(8)}"
+        if sequences == 1:
+            body["rid"] = rid
+    rids = [rid] if isinstance(rid, str) else list(rid)
+    busy = [r for r in rids if st.inflight.is_open(r)]
+    if busy:
+        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    return rids
 
 
 async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
-                              trajectory: str | None, body: dict[str, Any]) -> web.StreamResponse:
+                              trajectory: str | None, body: dict[str, Any], entries) -> web.StreamResponse:
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):
         await st.gate.admit()
         target = await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=request.path)
+        urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
+        for entry in entries:
+            st.inflight.assign(entry, target.slots, urls)
         try:
             return await _proxy_once(request, st, target, body)
         except WorkerRejected as e:

@@ -22,6 +22,9 @@ class InFlight:
     slots: tuple[int, ...] = ()
     urls: tuple[str, ...] = ()
     cause: EndCause | None = None
+    # False for OpenAI requests proxied as they are: the router holds no token ids to
+    # resubmit, so a drain waits for them to finish instead of aborting them.
+    movable: bool = True
 
 
 @dataclass
@@ -29,8 +32,8 @@ class InFlightRegistry:
     _by_rid: dict[str, InFlight] = field(default_factory=dict)
     _per_slot: dict[int, int] = field(default_factory=dict)
 
-    def open(self, rid: str) -> InFlight:
-        entry = InFlight(rid=rid)
+    def open(self, rid: str, *, movable: bool = True) -> InFlight:
+        entry = InFlight(rid=rid, movable=movable)
         self._by_rid[rid] = entry
         return entry
 
