@@ -141,10 +141,13 @@ class Run:
     def body(self, i: int, *, final: bool) -> dict:
         h, req = self.handles[i], self.items[i]
         inp = _input_logprobs(req.input_ids) if req.return_logprob else None
-        return {"text": self.text(i),
-                "output_ids": list(h.output_ids),
-                "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
-                                       input_logprobs=inp)}
+        out = {"text": self.text(i),
+               "output_ids": list(h.output_ids),
+               "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
+                                      input_logprobs=inp)}
+        if req.return_prompt_token_ids:  # SGLang sends them with every chunk
+            out["prompt_token_ids"] = list(req.input_ids)
+        return out
 
     def text(self, i: int) -> str:
         return output_text(self.worker.codec, self.handles[i], self.items[i].sampling, self.texts[i])
@@ -206,7 +209,8 @@ def _sse(obj: Any) -> bytes:
 
 
 async def _start_sse(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    # SGLang (Starlette) adds the charset to every text/* media type.
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     return resp
 

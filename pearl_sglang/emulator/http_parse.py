@@ -156,7 +156,8 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
             r = room + i
         boot = Bootstrap(str(h), p, r) if h is not None or r is not None else None
         items.append(GenerateRequest(rid=rids[i], input_ids=tuple(prompts[i]), sampling=sampling[i],
-                                     bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i))))
+                                     bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i)),
+                                     return_prompt_token_ids=body.get("return_prompt_token_ids") is True))
     return ParsedGenerate(tuple(items), is_batch, bool(body.get("stream")))
 
 

@@ -64,6 +64,7 @@ class GenerateRequest:
     sampling: SamplingParams = SamplingParams()
     bootstrap: Optional[Bootstrap] = None
     return_logprob: bool = False
+    return_prompt_token_ids: bool = False
 
 
 @dataclass(frozen=True)

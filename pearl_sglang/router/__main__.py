@@ -20,8 +20,10 @@ from the command line, so it does not show in process lists.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
+import signal
 import sys
 
 from aiohttp import web
@@ -32,6 +34,9 @@ from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import raise_descriptor_limit, start_site
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.router.stall import stall_bound_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster = apply_policy(ClusterConfig.load(args.config), config.policy)
             if args.state_dir:
                 cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
+            if args.stall_s is None:
+                bound = stall_bound_s(cluster.profile, config.dispatch.internal_stream_interval,
+                                      time_scale=cluster.time_scale)
+                config = dataclasses.replace(config, timeouts=dataclasses.replace(config.timeouts, chunk_s=bound))
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
         else:
@@ -63,9 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    raise_descriptor_limit()
     app = build_app(config, StateStore(table), cluster)
-    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, backlog=4096)
+    asyncio.run(_serve(app, config.host, config.port))
     return 0
+
+
+async def _serve(app: web.Application, host: str, port: int) -> None:
+    """Like ``web.run_app``, through the connection guard; SIGINT/SIGTERM stop it cleanly."""
+    runner, _ = await start_site(app, app[ROUTER].connections, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 if __name__ == "__main__":

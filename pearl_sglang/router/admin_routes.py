@@ -20,12 +20,18 @@ async def health(request: web.Request) -> web.Response:
 async def readiness(request: web.Request) -> web.Response:
     st = request.app[ROUTER]
     table = st.store.table
-    topo = table.active_topology()
     open_slots = st.breakers.open_slots()
     routable = [w for w in table.active() if w.slot not in open_slots]
-    ready = bool(topo.colocated) or (bool(topo.prefill) and bool(topo.decode))
+    roles = {w.role for w in routable}
+    # Ready means a request can be served now: a colocated worker, or both halves of a PD
+    # pair, with closed circuits (an ACTIVE worker whose circuit is open serves nobody).
+    ready = Role.COLOCATED in roles or (Role.PREFILL in roles and Role.DECODE in roles)
+    pd_roles = roles & {Role.PREFILL, Role.DECODE}
+    missing = ([] if ready else [r.value for r in (Role.PREFILL, Role.DECODE) if r not in roles] if pd_roles
+               else [Role.COLOCATED.value])
     body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(routable),
-            "total_workers": len(table.rollout_workers()), "topology": topo.label(),
+            "total_workers": len(table.rollout_workers()), "topology": table.active_topology().label(),
+            "open_circuits": sorted(open_slots), "missing_roles": missing,
             "admission_open": st.gate.is_open}
     return web.json_response(body, status=200 if ready else 503)
 
@@ -50,6 +56,31 @@ async def _proxy_get(request: web.Request, path: str) -> web.Response:
                                 content_type=resp.headers.get("Content-Type", "application/json").split(";")[0])
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         raise ServiceUnavailable(f"worker {worker.slot} did not answer {path}: {e!r}") from e
+
+
+async def health_generate(request: web.Request) -> web.Response:
+    """Like SGLang's: an empty 200 when a generation can be served now. Every routable
+    worker runs its own ``/health_generate`` concurrently; the answer is 200 when those that
+    passed make a servable topology (a colocated worker, or a prefill and a decode)."""
+    st = request.app[ROUTER]
+    open_slots = st.breakers.open_slots()
+    workers = [w for w in st.store.table.active() if w.endpoint and w.slot not in open_slots]
+    timeout = aiohttp.ClientTimeout(total=st.config.timeouts.control_s)
+
+    async def one(w) -> str:
+        try:
+            async with st.session.get(w.endpoint + "/health_generate", timeout=timeout) as resp:
+                return "ok" if resp.status == 200 else f"HTTP {resp.status}"
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            return repr(e)
+
+    results = await asyncio.gather(*(one(w) for w in workers))
+    roles = {w.role for w, r in zip(workers, results) if r == "ok"}
+    if Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles:
+        return web.Response(status=200)
+    detail = {str(w.slot): r for w, r in zip(workers, results)}
+    raise ServiceUnavailable(f"no servable set of workers passed /health_generate: {detail or 'no routable worker'}",
+                             kind="no_worker")
 
 
 async def model_info(request: web.Request) -> web.Response:

@@ -25,7 +25,9 @@ from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, engine_control_routes, inference_routes, worker_api
 from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import ConnectionGuard
 from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
 from pearl_sglang.router.drain import migrate_off, wait_drained
@@ -65,9 +67,20 @@ def access_class(request: web.Request) -> str:
 
 @web.middleware
 async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
-    resp = await handler(request)
+    """Outermost: counts every answer, the error replies built from raised errors too."""
     route = request.match_info.route.resource
     endpoint = route.canonical if route is not None else "unmatched"
+    request.app[ROUTER].connections.request_started(request.protocol)
+    try:
+        resp = await handler(request)
+    except asyncio.CancelledError:
+        if request.transport is None or request.transport.is_closing():
+            # The client hung up (the handler was cancelled for it): nginx's "client closed".
+            request.app[ROUTER].metrics.requests.labels(endpoint, "499").inc()
+        raise
+    except web.HTTPException as e:
+        request.app[ROUTER].metrics.requests.labels(endpoint, str(e.status)).inc()
+        raise
     request.app[ROUTER].metrics.requests.labels(endpoint, str(resp.status)).inc()
     return resp
 
@@ -116,6 +129,13 @@ def _on_failure(st: RouterState):
         st.breakers.failure(slot)
         st.metrics.worker_failures.labels(str(slot)).inc()
     return on_failure
+
+
+def _on_stall(st: RouterState):
+    def on_stall(slot: int) -> None:
+        st.breakers.trip(slot)
+        st.metrics.worker_failures.labels(str(slot)).inc()
+    return on_stall
 
 
 def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory):
@@ -218,10 +238,10 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
         metrics=RouterMetrics(lambda: store.table, utilization.current_totals), telemetry=TelemetryCollector(),
-        utilization=utilization, streams_by_client={})
+        utilization=utilization, streams_by_client={}, connections=ConnectionGuard(config.connections))
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
-        middlewares=[errors_middleware, _count_requests,
+        middlewares=[_count_requests, errors_middleware,
                      auth_middleware(admin_token=config.security.admin_token,
                                      api_key=config.security.api_key, access=access_class)])
     app[ROUTER] = st
@@ -233,12 +253,17 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st, rates), loads=st.loads)
-        probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
+            on_worker_failure=_on_failure(st), on_worker_stalled=_on_stall(st),
+            on_complete=_record_completion(st, rates), loads=st.loads,
+            wait_for_workers=cluster is not None)
+        probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
+                                                 timeout_s=min(20.0, config.timeouts.chunk_s)))
         load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
                       if config.load_poll_interval_s > 0 else None)
+        st.client_watch = ClientWatch(config.client_check_s)
+        watch = asyncio.ensure_future(st.client_watch.run())
         yield
-        for task in (probe, load_probe):
+        for task in (probe, load_probe, watch):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -259,8 +284,10 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
     r.add_post("/v1/chat/completions", inference_routes.openai_proxy)
     r.add_post("/abort_request", inference_routes.abort_request)
     r.add_get("/v1/models", admin_routes.models)
-    r.add_get("/model_info", admin_routes.model_info)
-    r.add_get("/server_info", admin_routes.server_info)
+    for prefix in ("/", "/get_"):  # SGLang answers both spellings
+        r.add_get(prefix + "model_info", admin_routes.model_info)
+        r.add_get(prefix + "server_info", admin_routes.server_info)
+    r.add_get("/health_generate", admin_routes.health_generate)
     r.add_get("/health", admin_routes.health)
     r.add_get("/liveness", admin_routes.health)
     r.add_get("/readiness", admin_routes.readiness)

@@ -7,9 +7,11 @@ import os
 from dataclasses import dataclass, field
 
 from pearl_sglang.control.registration import RegistrationConfig
+from pearl_sglang.router.connections import ConnectionLimits
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.routing_policy import POLICY_NAMES
+from pearl_sglang.router.stall import DEFAULT_STALL_S
 from pearl_sglang.router.worker_client import Timeouts
 
 POLICIES = ("static", "pearl")
@@ -61,6 +63,7 @@ class RouterConfig:
     attached: AttachedWorkers = field(default_factory=AttachedWorkers)
     security: Security = field(default_factory=Security)
     limits: Limits = field(default_factory=Limits)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     timeouts: Timeouts = field(default_factory=Timeouts)
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     registration: RegistrationConfig = field(default_factory=RegistrationConfig)
@@ -74,6 +77,8 @@ class RouterConfig:
     # Read workers' own running + waiting requests this often for placement (0: never;
     # the router's own counts only).
     load_poll_interval_s: float = 2.0
+    # How often the connections of non-streaming requests are checked for clients that left.
+    client_check_s: float = 0.5
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -86,8 +91,11 @@ class RouterConfig:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
         self.limits.validate()
+        self.connections.validate()
         self.dispatch.validate()
         self.registration.validate()
+        if not self.timeouts.chunk_s > 0:
+            raise ValueError("--stall-s must be > 0")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +137,19 @@ class RouterConfig:
         parser.add_argument("--load-poll-interval-s", type=float, default=2.0,
                             help="read each worker's own running + waiting requests this often for "
                                  "placement (0: only the router's own counts)")
+        parser.add_argument("--stall-s", type=float, default=None,
+                            help="seconds a worker may stay silent on a stream before it is taken out "
+                                 "of routing and its requests move (default: derived from the "
+                                 "profile of --config, else 120)")
+        conn = parser.add_argument_group("client connections")
+        conn.add_argument("--header-timeout-s", type=float, default=ConnectionLimits.header_timeout_s,
+                          help="a connection must send a request's headers within this")
+        conn.add_argument("--body-timeout-s", type=float, default=ConnectionLimits.body_timeout_s,
+                          help="a request's body must arrive within this (408 otherwise)")
+        conn.add_argument("--max-connections-per-client", type=int, default=ConnectionLimits.max_per_client)
+        conn.add_argument("--max-connections", type=int, default=None,
+                          help="client connections in all (default: half of what the descriptor limit "
+                               "leaves after a reserve)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -146,6 +167,9 @@ class RouterConfig:
                               api_key=os.environ.get(args.api_key_env) or None,
                               allowed_worker_hosts=tuple(args.allowed_worker_hosts)),
             limits=Limits.from_cli_args(args),
+            connections=ConnectionLimits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                                         max_per_client=args.max_connections_per_client,
+                                         max_total=args.max_connections),
             dispatch=DispatchConfig(max_attempts=args.max_attempts,
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s),
@@ -153,4 +177,5 @@ class RouterConfig:
             registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
                                             poll_interval_s=min(1.0, args.health_interval_s)),
             routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
+            timeouts=Timeouts(chunk_s=args.stall_s if args.stall_s is not None else DEFAULT_STALL_S),
         )

@@ -19,7 +19,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
-    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerUnavailable,
+    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry
@@ -78,8 +78,9 @@ class Dispatcher:
                  inflight: InFlightRegistry, gate: AdmissionGate,
                  config: DispatchConfig, unavailable: Callable[[], set[int]] = set,
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
+                 on_worker_stalled: Callable[[int], None] = lambda slot: None,
                  on_complete: Callable[[Completed], None] = lambda c: None,
-                 loads: LoadModel | None = None) -> None:
+                 loads: LoadModel | None = None, wait_for_workers: bool = True) -> None:
         self.transport = transport
         self.loads = loads if loads is not None else LoadModel(inflight)
         self.store = store
@@ -89,7 +90,11 @@ class Dispatcher:
         self.config = config
         self.unavailable = unavailable
         self.on_worker_failure = on_worker_failure
+        self.on_worker_stalled = on_worker_stalled
         self.on_complete = on_complete
+        # Without a control plane nothing will bring a worker back before a client gives
+        # up: refuse at once instead of holding every request for ``route_wait_s``.
+        self.wait_for_workers = wait_for_workers
         self.migrations = 0
 
     async def run(self, item: GenerateItem, *, trajectory: str | None = None, turn: int | None = None,
@@ -147,7 +152,11 @@ class Dispatcher:
                 except (WorkerUnavailable, WorkerFailed) as e:
                     slot = int(e.worker_id)
                     failed.add(slot)
-                    if isinstance(e, WorkerUnavailable):
+                    if isinstance(e, WorkerStalled):
+                        # Hung: out of routing at once. Every other request it holds stalls
+                        # within the same bound and moves the same way.
+                        self.on_worker_stalled(slot)
+                    elif isinstance(e, WorkerUnavailable):
                         # Only an unreachable worker is suspect; one that answered 5xx to
                         # this request is alive and must stay in routing for everyone else.
                         self.on_worker_failure(slot)
@@ -188,7 +197,8 @@ class Dispatcher:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
         is left, so one bad call never strands a request. With ``rid``, the prefill it sends
-        counts as queued on its worker until its first chunk."""
+        counts as queued on its worker until its first chunk. Without a control plane
+        (``wait_for_workers`` false) no route is a 503 at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.route_wait_s
         while True:
@@ -201,6 +211,10 @@ class Dispatcher:
                     exclude.clear()
                     continue
                 left = deadline - loop.time()
+                if not self.wait_for_workers:
+                    raise ServiceUnavailable(
+                        f"no worker can take {what}: none is active with a closed circuit "
+                        f"(open circuits: {sorted(self.unavailable()) or 'none'})", kind="no_worker") from None
                 if left <= 0:
                     raise ServiceUnavailable(
                         f"no active worker could take {what} within {self.config.route_wait_s:.0f}s",

@@ -4,6 +4,8 @@ The caller first takes the worker out of routing in the state table (LEAVING, SW
 INACTIVE), then calls ``migrate_off``: every item on it is marked for migration and
 aborted there by its exact rid (prefill and decode alike). The dispatcher keeps the
 partial output and resubmits it elsewhere, so the drain is an event, not a timed wait.
+Proxied OpenAI requests are not movable (no token ids at the router): the drain waits for
+them to finish, up to its deadline.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pearl_sglang.router.worker_client import abort
 
 async def migrate_off(st: RouterState, slot: int) -> int:
     """Returns how many items were moved."""
-    entries = st.inflight.on_slot(slot)
+    entries = [e for e in st.inflight.on_slot(slot) if e.movable]
     for entry in entries:
         if entry.cause is None:
             entry.cause = EndCause.MIGRATE

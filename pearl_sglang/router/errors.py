@@ -39,6 +39,11 @@ class NotFound(RouterError):
     kind = "not_found"
 
 
+class RequestTimeout(RouterError):
+    status = 408
+    kind = "body_timeout"
+
+
 class PayloadTooLarge(RouterError):
     status = 413
     kind = "limit_max_body_bytes"
@@ -74,6 +79,10 @@ class WorkerError(Exception):
 
 class WorkerUnavailable(WorkerError):
     """Connection refused, reset, timed out or cut mid-stream: try another worker."""
+
+
+class WorkerStalled(WorkerUnavailable):
+    """The worker sent nothing on a stream for the stall bound: hung (stopped, wedged)."""
 
 
 class WorkerFailed(WorkerError):

@@ -63,6 +63,15 @@ class CircuitBreakers:
                 log.warning("circuit open for worker slot %s", slot)
             self._open_until[slot] = now + self.cooldown_s
 
+    def trip(self, slot: int, now: float | None = None) -> None:
+        """Open the circuit at once: the worker hung under a request (a stall is not a
+        blip that a retry may clear)."""
+        now = _now() if now is None else now
+        self._failures[slot] = max(self._failures.get(slot, 0), self.failures_to_open)
+        if slot not in self._open_until or self._open_until[slot] <= now:
+            log.warning("circuit open for worker slot %s (stalled)", slot)
+        self._open_until[slot] = now + self.cooldown_s
+
     def success(self, slot: int) -> None:
         self._failures.pop(slot, None)
         self._open_until.pop(slot, None)
@@ -74,18 +83,22 @@ class CircuitBreakers:
 
 async def probe_loop(session: aiohttp.ClientSession, store: StateStore, breakers: CircuitBreakers,
                      interval_s: float, timeout_s: float = 20.0) -> None:
+    """Probe every ACTIVE worker each ``interval_s``, all at once: one hung worker must not
+    delay the verdict on the others."""
     while True:
         await asyncio.sleep(interval_s)
-        for worker in store.table.active():
-            if not worker.endpoint:
-                continue
-            try:
-                timeout = aiohttp.ClientTimeout(total=timeout_s)
-                async with session.get(worker.endpoint + "/health", timeout=timeout) as resp:
-                    ok = resp.status == 200
-            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
-                ok = False
-            if ok:
-                breakers.success(worker.slot)
-            elif not breakers.paused(worker.slot):
-                breakers.failure(worker.slot)
+        workers = [w for w in store.table.active() if w.endpoint]
+        await asyncio.gather(*(_probe(session, w, breakers, timeout_s) for w in workers))
+
+
+async def _probe(session: aiohttp.ClientSession, worker, breakers: CircuitBreakers, timeout_s: float) -> None:
+    try:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with session.get(worker.endpoint + "/health", timeout=timeout) as resp:
+            ok = resp.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError):
+        ok = False
+    if ok:
+        breakers.success(worker.slot)
+    elif not breakers.paused(worker.slot):
+        breakers.failure(worker.slot)

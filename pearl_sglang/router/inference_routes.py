@@ -2,14 +2,17 @@
 
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
 affinity). OpenAI requests are proxied to the chosen worker (or PD pair) as they are, so
-chat templates stay the worker's; they are retried elsewhere only before the first byte
-reached the client (token-exact retention needs token ids, which is what ``/generate``
-gives RL frameworks).
+chat templates stay the worker's; they are in the in-flight registry (load, drain, abort
+by rid) but retried elsewhere only before the first byte reached the client (token-exact
+retention needs token ids, which is what ``/generate`` gives RL frameworks).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import re
 import secrets
 import time
 from typing import Any, AsyncIterator
@@ -19,19 +22,24 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang import fastjson
+from pearl_sglang.router.client_watch import client_gone
 from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
-    WorkerUnavailable,
+    WorkerStalled, WorkerUnavailable,
 )
 from pearl_sglang.router.generate_request import parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
+from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.worker_client import abort
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
+log = logging.getLogger("pearl.router")
+# What SGLang's own streaming answers carry.
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
 
 def _rejected(e: WorkerRejected) -> web.Response:
@@ -76,7 +84,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if call.stream:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
-        results = await asyncio.gather(*(_last(r) for r in runs))
+        with st.client_watch.watching(request):
+            results = await asyncio.gather(*(_last(r) for r in runs))
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
     except WorkerRejected as e:
@@ -85,22 +94,30 @@ async def generate(request: web.Request) -> web.StreamResponse:
         st.metrics.latency.labels("generate").observe(time.monotonic() - started)
 
 
+_TURN = re.compile(r"[0-9]{1,9}")
+
+
 def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | None, int | None]:
+    """Strict: a turn is 1-9 ASCII digits, a trajectory id at most 256 printable ASCII
+    characters (anything else is a 400 naming the header)."""
     trajectory = request.headers.get(TRAJECTORY_HEADER) or None
     raw_turn = request.headers.get(TURN_HEADER)
-    if raw_turn is not None and not raw_turn.isdigit():
-        raise BadRequest(f"{TURN_HEADER} must be a non-negative integer, got {raw_turn!r}")
+    if raw_turn is not None and not _TURN.fullmatch(raw_turn):
+        raise BadRequest(f"{TURN_HEADER} must be a non-negative integer of at most 9 ASCII digits, "
+                         f"got {raw_turn[:40]!r}", kind="invalid_header")
+    if trajectory is not None and (len(trajectory) > 256 or not (trajectory.isascii() and trajectory.isprintable())):
+        raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 printable ASCII characters",
+                         kind="invalid_header")
     if batch and trajectory is not None:
         raise BadRequest(f"{TRAJECTORY_HEADER} names one trajectory; send its turns one by one")
-    if trajectory is not None and len(trajectory) > 256:
-        raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 characters")
     return trajectory, int(raw_turn) if raw_turn is not None else None
 
 
 async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
     last = None
-    async for chunk in run:
-        last = chunk
+    async with contextlib.aclosing(run):  # cancelled (the client left): abort at the worker now
+        async for chunk in run:
+            last = chunk
     return last
 
 
@@ -112,39 +129,63 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
     done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
         exc = task.exception()
-        if isinstance(exc, (RouterError, WorkerRejected)):
+        if exc is not None and not isinstance(exc, StopAsyncIteration):
             for t in first:
                 t.cancel()
             raise exc
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    queue: asyncio.Queue = asyncio.Queue()
+    # Chunks are cumulative, so only each item's newest one matters: a client that reads
+    # slowly gets fewer, newer chunks (nothing is lost, the last one is whole), and the
+    # router holds at most one unsent chunk per item however slowly the client reads.
+    count = len(runs)
+    latest: list[dict[str, Any] | None] = [None] * count
+    ended = [False] * count
+    end_event: list[dict[str, Any] | None] = [None] * count
+    changed = asyncio.Event()
 
     async def pump(index: int, run: AsyncIterator[dict[str, Any]], head: asyncio.Future) -> None:
         try:
             chunk = await head
             while True:
-                await queue.put((index, chunk))
+                latest[index] = chunk
+                changed.set()
                 chunk = await run.__anext__()
         except StopAsyncIteration:
             pass
         except (RouterError, WorkerError) as e:
-            await queue.put((index, _error_event(e)))
+            end_event[index] = _error_event(e)
+        except Exception as e:  # noqa: BLE001 - the 200 is sent: the client must still learn of it
+            log.exception("generate item %s failed", index)
+            end_event[index] = {"error": {"message": f"internal router error: {e!r}",
+                                          "type": "internal_error", "code": 500}}
         finally:
-            await queue.put((index, None))
+            ended[index] = True
+            changed.set()
+
+    def event(index: int, chunk: dict[str, Any]) -> bytes:
+        return b"data: " + fastjson.dumps({**chunk, "index": index} if is_batch else chunk) + b"\n\n"
 
     pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
-    open_items = len(runs)
+    closed = [False] * count
     try:
-        while open_items:
-            index, chunk = await queue.get()
-            if chunk is None:
-                open_items -= 1
-                continue
-            if is_batch:
-                chunk = {**chunk, "index": index}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        while not all(closed):
+            await changed.wait()
+            changed.clear()
+            for i in range(count):
+                chunk = latest[i]
+                if chunk is not None:
+                    latest[i] = None
+                    await resp.write(event(i, chunk))  # waits while the client's buffer is full
+                if ended[i] and not closed[i] and latest[i] is None:
+                    closed[i] = True
+                    if end_event[i] is not None:
+                        await resp.write(b"data: " + fastjson.dumps(end_event[i]) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
+    except ConnectionResetError:
+        # The client left mid-stream: a normal event. Cancelling the pumps closes the runs,
+        # which abort the requests at their workers.
+        log.info("client %s left a /generate stream", request.remote)
     finally:
         for p in pumps:
             p.cancel()
@@ -173,6 +214,9 @@ async def abort_request(request: web.Request) -> web.Response:
     rid, abort_all = body.get("rid"), body.get("abort_all", False)
     if not isinstance(abort_all, bool) or (not abort_all and (not isinstance(rid, str) or not rid)):
         raise BadRequest("give a non-empty string 'rid' or 'abort_all': true")
+    if not abort_all and len(rid) > st.config.limits.max_rid_length:
+        raise BadRequest(f"'rid' must be at most {st.config.limits.max_rid_length} characters",
+                         kind="limit_max_rid_length")
     entries = st.inflight.matching(None if abort_all else rid)
     calls = []
     for entry in entries:
@@ -185,26 +229,60 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def openai_proxy(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    for key in ("bootstrap_host", "bootstrap_port", "bootstrap_room"):
-        body.pop(key, None)
+    call = parse_openai(await read_json(request), st.config.limits, chat=request.path.endswith("chat/completions"))
+    body = call.body
+    trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
-    trajectory = request.headers.get(TRAJECTORY_HEADER)
+    rids = _openai_rids(st, body, call.sequences)
+    # In the in-flight registry like /generate items: counted in the workers' load, waited
+    # for by a drain, aborted by rid. Not movable: the router holds no token ids for them.
+    entries = [st.inflight.open(rid, movable=False) for rid in rids]
+    try:
+        if call.stream:
+            with _StreamSlot(st, request):
+                return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+        with st.client_watch.watching(request):
+            return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+    finally:
+        for rid in rids:
+            st.inflight.close(rid)
+
+
+def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
+    """The rids the worker will know the request by. A single sequence without one gets a
+    router rid (SGLang's OpenAI endpoints take ``rid``), so a drain or abort can name it."""
+    rid = body.get("rid")
+    if rid is None:
+        rid = f"pearl-oai-{secrets.token_hex(8)}"
+        if sequences == 1:
+            body["rid"] = rid
+    rids = [rid] if isinstance(rid, str) else list(rid)
+    busy = [r for r in rids if st.inflight.is_open(r)]
+    if busy:
+        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    return rids
+
+
+async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
+                              trajectory: str | None, body: dict[str, Any], entries) -> web.StreamResponse:
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):
         await st.gate.admit()
         target = await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=request.path)
+        urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
+        for entry in entries:
+            st.inflight.assign(entry, target.slots, urls)
         try:
             return await _proxy_once(request, st, target, body)
         except WorkerRejected as e:
             return _rejected(e)
         except WorkerError as e:
             failed.add(int(e.worker_id))
-            if isinstance(e, WorkerUnavailable):
+            if isinstance(e, WorkerStalled):
+                st.breakers.trip(int(e.worker_id))
+            elif isinstance(e, WorkerUnavailable):
                 st.breakers.failure(int(e.worker_id))
             last_error = e
     raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
@@ -228,17 +306,31 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
                 if up.status < 500:
                     raise WorkerRejected(str(main.slot), up.status, data, up.headers.get("Content-Type", "application/json"))
                 raise WorkerFailed(str(main.slot), f"HTTP {up.status}")
-            resp = web.StreamResponse(status=up.status, headers={
-                "Content-Type": up.headers.get("Content-Type", "application/json")})
+            ctype = up.headers.get("Content-Type", "application/json")
+            if ctype.startswith("text/event-stream"):
+                ctype = SSE_CONTENT_TYPE
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": ctype})
             await resp.prepare(request)
             async for data in up.content.iter_any():
                 await resp.write(data)
         await resp.write_eof()
         return resp
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
-        if resp is not None:
-            raise  # bytes already reached the client: nothing can be retried
-        raise WorkerUnavailable(str(main.slot), repr(e)) from e
+        stalled = isinstance(e, asyncio.TimeoutError)
+        if resp is None:
+            raise (WorkerStalled if stalled else WorkerUnavailable)(str(main.slot), repr(e)) from e
+        if client_gone(request):
+            log.info("client %s left %s", request.remote, request.path)
+            return resp
+        # The worker broke after bytes reached the client: nothing can be retried here, but
+        # the client must learn of it (an error event, or a connection closed mid-body).
+        st.breakers.trip(main.slot) if stalled else st.breakers.failure(main.slot)
+        if resp.content_type == "text/event-stream":
+            with contextlib.suppress(ConnectionError):
+                error = UpstreamFailed(f"worker {main.slot} failed mid-stream: {e!r}").body()
+                await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+        resp.force_close()
+        return resp
     finally:
         if prefill_task is not None and not prefill_task.done():
             prefill_task.cancel()

@@ -29,6 +29,9 @@ class InFlight:
 
     def __post_init__(self) -> None:
         self.worker_rid = self.worker_rid or self.rid
+    # False for OpenAI requests proxied as they are: the router holds no token ids to
+    # resubmit, so a drain waits for them to finish instead of aborting them.
+    movable: bool = True
 
 
 @dataclass
@@ -38,8 +41,8 @@ class InFlightRegistry:
     # Told (slot, before, after) on every change of a slot's count (utilization).
     on_count: Callable[[int, int, int], None] | None = None
 
-    def open(self, rid: str) -> InFlight:
-        entry = InFlight(rid=rid)
+    def open(self, rid: str, *, movable: bool = True) -> InFlight:
+        entry = InFlight(rid=rid, movable=movable)
         self._by_rid[rid] = entry
         return entry
 

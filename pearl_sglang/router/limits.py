@@ -17,6 +17,10 @@ class Limits:
     max_new_tokens: int = 131072
     max_streams_per_client: int = 4096
     max_rid_length: int = 256
+    # Nesting of a JSON body (an object in a list is depth 2). No SGLang or OpenAI field
+    # nests deeper than a tool's JSON schema; deeper bodies only serve to exhaust the
+    # recursion of whoever encodes them next.
+    max_json_depth: int = 64
 
     def validate(self) -> None:
         for f in fields(self):
@@ -33,3 +37,20 @@ class Limits:
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "Limits":
         return cls(**{f.name: getattr(args, f"limit_{f.name}") for f in fields(cls)})
+
+
+def json_depth_exceeds(value: object, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests deeper than ``limit``; iterative, and a list of
+    scalars (a long ``input_ids``) is skipped at C speed."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        kinds = set(map(type, children))
+        if not (dict in kinds or list in kinds):
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((c, depth + 1) for c in (node.values() if isinstance(node, dict) else node)
+                     if isinstance(c, (dict, list)))
+    return False

@@ -6,6 +6,7 @@ and anything unexpected is logged and answered 500 with a JSON message.
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -15,6 +16,7 @@ from aiohttp import web
 
 from pearl_sglang import fastjson
 from pearl_sglang.router.errors import RouterError, Unauthorized
+from pearl_sglang.router.limits import json_depth_exceeds
 
 log = logging.getLogger("pearl.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -84,15 +86,28 @@ def auth_middleware(*, admin_token: str | None, api_key: str | None,
 
 
 async def read_json(request: web.Request) -> object:
-    from pearl_sglang.router.errors import BadRequest
+    """The body as JSON, refused with a 400 when it is not JSON or nests deeper than
+    ``max_json_depth``: a deep body must never reach code that recurses over it."""
+    from pearl_sglang.router.errors import BadRequest, RequestTimeout
+    from pearl_sglang.router.state import ROUTER
 
     ctype = request.headers.get("Content-Type", "application/json")
     if "json" not in ctype:
         raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
-    raw = await request.read()
+    st = request.app[ROUTER]
+    timeout_s = st.config.connections.body_timeout_s
+    try:
+        raw = await asyncio.wait_for(request.read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
     try:
-        return fastjson.loads(raw)
+        body = fastjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"malformed JSON: {e}", kind="invalid_json") from e
+        kind = "limit_max_json_depth" if "depth" in str(e) else "invalid_json"
+        raise BadRequest(f"malformed JSON: {e}", kind=kind) from e
+    limit = st.config.limits.max_json_depth
+    if json_depth_exceeds(body, limit):
+        raise BadRequest(f"the JSON body nests deeper than max_json_depth={limit}", kind="limit_max_json_depth")
+    return body

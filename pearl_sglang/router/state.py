@@ -9,7 +9,9 @@ from aiohttp import web
 
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import ConnectionGuard
 from pearl_sglang.router.dispatch import Dispatcher
 from pearl_sglang.router.health import CircuitBreakers
 from pearl_sglang.router.inflight import InFlightRegistry
@@ -36,6 +38,8 @@ class RouterState:
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None
     control: "Orchestrator | None" = None
+    client_watch: ClientWatch | None = None
+    connections: ConnectionGuard | None = None
 
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, Protocol
 import aiohttp
 
 from pearl_sglang import fastjson
-from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
+from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerStalled, WorkerUnavailable
 
 # A cumulative chunk of a long output (prompt ids included) can be megabytes long.
 _READ_BUFSIZE = 1 << 24
@@ -27,6 +27,7 @@ _READ_BUFSIZE = 1 << 24
 @dataclass(frozen=True)
 class Timeouts:
     connect_s: float = 5.0
+    # The stall bound: the longest a worker may stay silent on a stream (router/stall.py).
     chunk_s: float = 600.0
     control_s: float = 30.0
 
@@ -80,7 +81,9 @@ async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str
                 if "error" in event:
                     raise _error_event(worker, event)
                 yield event
-    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+    except asyncio.TimeoutError as e:
+        raise WorkerStalled(worker, f"no chunk for {timeouts.chunk_s:.0f}s (stall bound)") from e
+    except (aiohttp.ClientError, ConnectionError, ValueError) as e:
         raise WorkerUnavailable(worker, f"stream broke: {e!r}") from e
     raise WorkerUnavailable(worker, "stream ended without [DONE]")
 

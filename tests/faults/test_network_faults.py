@@ -6,6 +6,7 @@ elsewhere token for token (one continuous stream for a streaming client) or as a
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -72,11 +73,16 @@ async def test_fault_before_the_first_byte_is_retried_elsewhere(fault):
                 r = await c.post(url + "/generate", json=body)
                 chat = await c.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 4})
             open_circuits = app[ROUTER].breakers._failures  # noqa: SLF001 - the breaker saw it
-    assert proxy.accepted >= 2  # both calls tried the faulty worker first
+            open_slots = app[ROUTER].breakers.open_slots()
     assert r.status_code == 200, r.text
     assert r.json()["output_ids"] == expected["output_ids"]
     assert chat.status_code == 200, chat.text
-    assert open_circuits.get(0, 0) >= 2
+    if fault is Fault.HANG:
+        # A hang is a stall: the worker leaves routing at once, the second call goes elsewhere.
+        assert proxy.accepted == 1 and 0 in open_slots
+    else:
+        assert proxy.accepted >= 2  # both calls tried the faulty worker first
+        assert open_circuits.get(0, 0) >= 2
 
 
 @pytest.mark.timeout(30)
@@ -108,8 +114,9 @@ async def test_hung_only_worker_is_a_bounded_error(stream):
             elapsed = loop.time() - started
             assert len(app[ROUTER].inflight) == 0
     assert elapsed < 2 * 0.5 + 3, elapsed
-    assert r.status_code == 502, r.text
-    assert r.json()["error"]["type"] == "upstream_failed"
+    # The stall opens the only worker's circuit: attach mode then says at once that no
+    # worker can take the request (503), or the attempts ran out first (502).
+    assert (r.status_code, r.json()["error"]["type"]) in ((502, "upstream_failed"), (503, "no_worker")), r.text
 
 
 @pytest.mark.timeout(30)
@@ -131,5 +138,36 @@ async def test_worker_hung_mid_stream_with_no_alternative_ends_with_partial_outp
         # request so that its graceful shutdown does not wait for it.
         w0.engine.abort(abort_all=True)
     assert events[-1] == "[DONE]"
-    assert events[-2]["error"]["type"] == "upstream_failed"
+    assert events[-2]["error"]["type"] in ("upstream_failed", "no_worker")
     assert len(events[-3]["output_ids"]) >= 20
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fault", [Fault.HANG, Fault.RESET])
+async def test_openai_stream_whose_worker_fails_mid_stream_ends_with_an_error_event(fault, caplog):
+    """Past the first byte an OpenAI stream cannot move: the client gets an explicit error
+    event and a well-formed end of the chunked body, never a 500 inside it."""
+    config = fault_config(chunk_s=0.5, max_attempts=2)
+    async with emulator(*PACED) as (u0, w0), FaultProxy.to(u0) as proxy:
+        async with running_router(regular=[proxy.url], config=config) as (url, app, _):
+            async def inject(chunk):
+                if proxy.fault is Fault.PASS and len(events) >= 5:
+                    proxy.set(fault)
+
+            events: list = []
+            async with httpx.AsyncClient(timeout=20) as c:
+                async with c.stream("POST", url + "/v1/chat/completions", json={
+                        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600, "ignore_eos": True,
+                        "stream": True}) as r:
+                    assert r.status_code == 200
+                    async for line in r.aiter_lines():
+                        if line.startswith("data:"):
+                            events.append(line[5:].strip())
+                            await inject(events[-1])
+        w0.engine.abort(abort_all=True)
+    assert len(events) > 5
+    last = json.loads(events[-1])
+    assert last["error"]["type"] == "upstream_failed", events[-3:]
+    # The router's own log (the emulated worker's aiohttp server shares this process).
+    errors = [r for r in caplog.records if r.name.startswith("pearl.router") and r.levelno >= 40]
+    assert not errors, [r.getMessage() for r in errors]

@@ -131,7 +131,8 @@ async def test_rid_length_limit_is_named():
 
 LIMIT_NAMES = {"max_body_bytes": "limit_max_body_bytes", "max_batch_size": "limit_max_batch_size",
                "max_n": "limit_n", "max_new_tokens": "limit_max_new_tokens",
-               "max_streams_per_client": "limit_max_streams_per_client", "max_rid_length": "limit_max_rid_length"}
+               "max_streams_per_client": "limit_max_streams_per_client", "max_rid_length": "limit_max_rid_length",
+               "max_json_depth": "limit_max_json_depth"}
 
 
 def test_every_limit_has_a_tested_error_type():

@@ -22,14 +22,20 @@ KINDS = [pytest.param("emulator", marks=pytest.mark.timeout(30)),
          pytest.param("sglang", marks=[pytest.mark.realsglang, pytest.mark.timeout(300)])]
 
 
+PROMPTS = {"ids": {"input_ids": [17, 29, 31, 37, 41]},
+           # A text prompt can move only once the router knows its token ids: it asks the
+           # worker for them (return_prompt_token_ids) with the first attempt.
+           "text": {"text": "The quick brown fox jumps over the lazy dog"}}
+
+
+@pytest.mark.parametrize("prompt", sorted(PROMPTS))
 @pytest.mark.parametrize("kind", KINDS)
-async def test_worker_sigkilled_mid_stream_completes_elsewhere_token_exact(kind, worker_sets, tiny_model_dir,
-                                                                         tmp_path):
+async def test_worker_sigkilled_mid_stream_completes_elsewhere_token_exact(kind, prompt, worker_sets,
+                                                                         tiny_model_dir, tmp_path):
     """Real SGLang needs minutes to start a second server on CPU: that case has its own
     timeout; the emulator case is the one CI runs on every change."""
     survivor, _ = worker_sets(kind)
-    body = {"input_ids": [17, 29, 31, 37, 41],
-            "sampling_params": {"temperature": 0, "max_new_tokens": 600, "ignore_eos": True}}
+    body = {**PROMPTS[prompt], "sampling_params": {"temperature": 0, "max_new_tokens": 600, "ignore_eos": True}}
     async with httpx.AsyncClient(timeout=120) as c:
         expected = (await c.post(survivor.url + "/generate", json=body)).json()
     launcher = WorkerLauncher(kind, tmp_path)

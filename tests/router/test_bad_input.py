@@ -96,3 +96,84 @@ async def test_unreachable_worker_is_an_explicit_error_not_a_hang():
         r = await _post(url + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 2}})
     assert r.status_code in (502, 503)
     assert r.json()["error"]["message"]
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [100, 256, 1000, 1100])
+@pytest.mark.parametrize("path,template", [
+    ("/generate", '{"text": "hi", "custom_labels": %s}'),
+    ("/generate", '{"text": "hi", "stream": true, "custom_labels": %s}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "x": %s}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "stream": true, "x": %s}'),
+    ("/v1/completions", '{"prompt": "hi", "x": %s}'),
+    ("/abort_request", '{"rid": "r", "x": %s}'),
+])
+async def test_deep_json_is_a_named_400_on_every_endpoint(path, template, depth):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + path, content=(template % _deep(depth)).encode(),
+                        headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["type"] == "limit_max_json_depth"
+
+
+async def test_json_depth_limit_is_configurable():
+    body = '{"text": "hi", "custom_labels": %s}' % _deep(10)
+    async with running_router(regular=[DEAD_WORKER], config=with_limits(max_json_depth=8)) as (url, _, _):
+        r = await _post(url + "/generate", content=body.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "limit_max_json_depth"
+
+
+@pytest.mark.parametrize("turn", [b"9" * 5000, "١٢".encode(), "²".encode(), b"-1", b"1.5", b"3 4", b"0x1"])
+@pytest.mark.parametrize("path,body", [
+    ("/generate", {"text": "hi"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+])
+async def test_bad_turn_header_is_a_400(path, body, turn):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + path, json=body, headers={"X-Pearl-Turn": turn})
+    assert r.status_code == 400, r.text[:300]
+    assert "X-Pearl-Turn" in r.json()["error"]["message"]
+
+
+async def test_non_ascii_trajectory_header_is_a_400():
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + "/generate", json={"text": "hi"}, headers={"X-Pearl-Trajectory-Id": "trä".encode()})
+    assert r.status_code == 400 and "X-Pearl-Trajectory-Id" in r.json()["error"]["message"]
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("path,body,kind", [
+    ("/v1/chat/completions", {**CHAT, "n": 1000}, "limit_n"),
+    ("/v1/completions", {"prompt": "hi", "n": 1000}, "limit_n"),
+    ("/v1/chat/completions", {**CHAT, "max_tokens": 10_000_000}, "limit_max_new_tokens"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 10_000_000}, "limit_max_new_tokens"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 10_000_000}, "limit_max_new_tokens"),
+    ("/v1/completions", {"prompt": ["a"] * 300, "n": 2}, "limit_max_batch_size"),
+    ("/v1/completions", {"prompt": [[1, 2]] * 513}, "limit_max_batch_size"),
+    ("/v1/chat/completions", {**CHAT, "rid": "r" * 300}, "limit_max_rid_length"),
+    ("/abort_request", {"rid": "r" * 300}, "limit_max_rid_length"),
+])
+async def test_openai_and_abort_endpoints_apply_the_documented_limits(path, body, kind):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + path, json=body)
+    assert r.status_code == 400, r.text[:300]
+    assert r.json()["error"]["type"] == kind
+
+
+@pytest.mark.parametrize("path,body,fragment", [
+    ("/v1/chat/completions", {"messages": []}, "'messages'"),
+    ("/v1/chat/completions", {**CHAT, "n": "2"}, "'n'"),
+    ("/v1/chat/completions", {**CHAT, "n": 0}, "'n'"),
+    ("/v1/chat/completions", {**CHAT, "stream": "yes"}, "'stream'"),
+    ("/v1/completions", {"prompt": 5}, "'prompt'"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": True}, "'max_tokens'"),
+])
+async def test_openai_bodies_are_checked(path, body, fragment):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + path, json=body)
+    assert r.status_code == 400 and fragment in r.json()["error"]["message"], r.text[:300]

@@ -158,3 +158,40 @@ async def test_killed_worker_request_completes_elsewhere_token_exact(real, tiny_
     assert out["output_ids"] == reference["output_ids"]
     assert out["meta_info"]["pearl_attempts"] >= 2
     assert out["meta_info"]["completion_tokens"] == 600
+
+
+async def test_openai_stream_is_in_flight_drained_and_aborted_by_rid(real):
+    from pearl_sglang.core.events import GpusLeave
+    from pearl_sglang.router.drain import migrate_off, wait_drained
+    from pearl_sglang.router.state import ROUTER
+
+    worker, _ = real
+    body = {"model": "m", "messages": [{"role": "user", "content": "a long answer"}], "temperature": 0,
+            "ignore_eos": True, "stream": True}
+    async with running_router(regular=[worker.url]) as (url, app, store):
+        st = app[ROUTER]
+        # A drain waits for a running chat stream instead of aborting it.
+        drained = asyncio.ensure_future(_sse(url + "/v1/chat/completions", {**body, "max_tokens": 40}))
+        deadline = time.monotonic() + 60
+        while not st.inflight.load().get(0):
+            assert time.monotonic() < deadline, "the chat stream never counted in flight"
+            await asyncio.sleep(0.05)
+        await store.apply([GpusLeave(store.table.worker(0).gpus)])
+        assert await migrate_off(st, 0) == 0
+        assert await wait_drained(st, 0, timeout_s=120)
+        assert drained.done()
+        events = await drained
+        assert [e["choices"][0]["finish_reason"] for e in events[:-1]
+                if e.get("choices") and e["choices"][0].get("finish_reason")] == ["length"]
+    async with running_router(regular=[worker.url]) as (url, app, _):
+        # /abort_request reaches a chat stream by the client's rid at the real worker.
+        task = asyncio.ensure_future(_sse(url + "/v1/chat/completions",
+                                          {**body, "max_tokens": 3000, "rid": "oai-abort"}))
+        await asyncio.sleep(1.5)
+        r = await _post(url + "/abort_request", {"rid": "oai-abort"})
+        assert r.json()["aborted"] == ["oai-abort"]
+        events = await asyncio.wait_for(task, 60)
+    reasons = [e["choices"][0]["finish_reason"] for e in events[:-1]
+               if e.get("choices") and e["choices"][0].get("finish_reason")]
+    assert reasons == ["abort"]
+    assert events[-1] == "[DONE]"
