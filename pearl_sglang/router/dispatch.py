@@ -92,8 +92,9 @@ class Dispatcher:
         self.on_worker_failure = on_worker_failure
         self.on_worker_stalled = on_worker_stalled
         self.on_complete = on_complete
-        # Without a control plane nothing will bring a worker back before a client gives
-        # up: refuse at once instead of holding every request for ``route_wait_s``.
+        # Without a control plane nothing brings a dead worker back before a client gives
+        # up: refuse at once instead of holding every request for ``route_wait_s``. An
+        # empty pool is still waited for: the worker API may register a worker any time.
         self.wait_for_workers = wait_for_workers
         self.migrations = 0
 
@@ -198,7 +199,7 @@ class Dispatcher:
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
         is left, so one bad call never strands a request. With ``rid``, the prefill it sends
         counts as queued on its worker until its first chunk. Without a control plane
-        (``wait_for_workers`` false) no route is a 503 at once."""
+        (``wait_for_workers`` false) no route because of open circuits is a 503 at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.route_wait_s
         while True:
@@ -211,7 +212,7 @@ class Dispatcher:
                     exclude.clear()
                     continue
                 left = deadline - loop.time()
-                if not self.wait_for_workers:
+                if not self.wait_for_workers and self.unavailable():
                     raise ServiceUnavailable(
                         f"no worker can take {what}: none is active with a closed circuit "
                         f"(open circuits: {sorted(self.unavailable()) or 'none'})", kind="no_worker") from None
