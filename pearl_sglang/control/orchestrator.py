@@ -262,7 +262,7 @@ class Orchestrator(WeightPushes):
         return list((await self._grow_with_retries(p, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._train_begin(step))
+        return await self._once("train_begin", request_id, {"step": step}, lambda: self._train_begin(step))
 
     async def _train_begin(self, step: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -306,7 +306,8 @@ class Orchestrator(WeightPushes):
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
                              request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._train_finished(step, remaining))
+        return await self._once("train_finished", request_id, {"step": step, "remaining": remaining},
+                                lambda: self._train_finished(step, remaining))
 
     async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
         async with self._lock:
@@ -336,7 +337,7 @@ class Orchestrator(WeightPushes):
         return ok, reason
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._gpus_join(gpus))
+        return await self._once("gpus_join", request_id, {"gpus": list(gpus)}, lambda: self._gpus_join(gpus))
 
     async def _gpus_join(self, gpus: tuple[str, ...]) -> dict[str, Any]:
         async with self._lock:
@@ -357,7 +358,8 @@ class Orchestrator(WeightPushes):
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
                          request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._gpus_leave(gpus, deadline_s))
+        return await self._once("gpus_leave", request_id, {"gpus": list(gpus), "deadline_s": deadline_s},
+                                lambda: self._gpus_leave(gpus, deadline_s))
 
     async def _gpus_leave(self, gpus: tuple[str, ...], deadline_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()

@@ -7,6 +7,7 @@ distributed group mechanics live in ``weight_group``.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs
@@ -22,7 +23,8 @@ class WeightPushes:
                              tensors: TensorSpecs | None = None, request_id: str | None = None) -> dict[str, Any]:
         """Push ``snapshot`` from disk, or, with ``tensors``, receive it over the
         distributed group ``snapshot.group`` while the trainer broadcasts."""
-        return await self._once(request_id, lambda: self._update_weights(snapshot, tensors))
+        params = {"snapshot": asdict(snapshot), "tensors": asdict(tensors) if tensors is not None else None}
+        return await self._once("update_weights", request_id, params, lambda: self._update_weights(snapshot, tensors))
 
     async def _update_weights(self: "Orchestrator", snapshot: WeightSnapshot,
                               tensors: TensorSpecs | None) -> dict[str, Any]:
@@ -79,4 +81,5 @@ class WeightPushes:
                 return await self.groups.destroy(destroy or "")
             async with self._lock:
                 return self.groups.init(spec, self.store.table.active(), self.config.engine.tp_size)
-        return await self._once(request_id, act)
+        params = {"spec": asdict(spec) if spec is not None else None, "destroy": destroy}
+        return await self._once("weight_group", request_id, params, act)

@@ -7,6 +7,7 @@ from typing import Any
 from aiohttp import web
 
 from pearl_sglang.control.cluster_config import fixed_ratio
+from pearl_sglang.control.idempotency import RequestIdReused
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
@@ -86,6 +87,8 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         return web.json_response(await asyncio.wait_for(coro, deadline_s))
     except OutOfOrder as e:
         raise Conflict(str(e), kind="out_of_order") from e
+    except RequestIdReused as e:
+        raise Conflict(str(e), kind="request_id_reused") from e
     except CoreError as e:
         raise Conflict(str(e), kind="invalid_transition") from e
     except InvalidGroupRequest as e:
