@@ -8,9 +8,15 @@ doing and what it had launched; ``reconcile`` then checks that against the worke
 themselves instead of trusting the record. The write is a temp file, ``fsync``, atomic
 ``rename`` and a directory ``fsync``: a crash leaves the old document or the new one,
 never a torn one.
+
+A state directory belongs to one router at a time: ``StateFile`` holds an exclusive
+``flock`` on ``DIR/lock`` for as long as it is open (the kernel drops it when the process
+dies, so a crashed router never blocks its restart). A second router on the same
+directory would adopt, stop and delete the first one's workers and record; it is refused.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -44,11 +50,22 @@ class ControlRecord:
                    workers=dict(data["workers"]), intent=data.get("intent"))
 
 
+class StateDirInUse(RuntimeError):
+    """Another live process holds the state directory's lock."""
+
+
 class StateFile:
     def __init__(self, directory: str | Path) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "state.json"
+        self._lock_fd: int | None = _lock(self.dir / "lock")
+
+    def close(self) -> None:
+        """Give up the directory (an orderly stop); the record stays as it is."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def save(self, record: ControlRecord) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -68,3 +85,17 @@ class StateFile:
         if not self.path.exists():
             return None
         return ControlRecord.from_dict(json.loads(self.path.read_text()))
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateDirInUse(f"state dir {path.parent} is in use by another router (pid {holder}); "
+                            "stop it first, or give this router its own --state-dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

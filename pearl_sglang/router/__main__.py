@@ -27,6 +27,7 @@ from aiohttp import web
 
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.cluster_config import ClusterConfig, apply_policy
+from pearl_sglang.control.persistence import StateDirInUse, StateFile
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         config = RouterConfig.from_cli_args(args)
         config.validate()
         a = config.attached
-        cluster = None
+        cluster, state_file = None, None
         if args.config:
             if a.regular or a.prefill:
                 raise ValueError("give either --config or attached workers, not both")
@@ -55,14 +56,16 @@ def main(argv: list[str] | None = None) -> int:
                 cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
+            if cluster.state_dir:
+                state_file = StateFile(cluster.state_dir)  # held until the process ends
         elif a.regular or a.prefill:
             table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
         else:
             raise ValueError("no workers: give --config, --worker-urls, or --prefill and --decode")
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, StateDirInUse) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    app = build_app(config, StateStore(table), cluster)
+    app = build_app(config, StateStore(table), cluster, state_file=state_file)
     web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, backlog=4096)
     return 0
 

@@ -89,7 +89,8 @@ def _on_failure(st: RouterState):
     return on_failure
 
 
-def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory):
+def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory,
+                 given_state_file: StateFile | None):
     """Build the control plane once the application's session exists; bootstrap the
     cluster in the background (the router serves while workers start)."""
 
@@ -102,7 +103,7 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
                                 snapshot=lambda: st.control.snapshot,
                                 launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
-        state_file = StateFile(cluster.state_dir) if cluster.state_dir else None
+        state_file = given_state_file or (StateFile(cluster.state_dir) if cluster.state_dir else None)
         st.control = Orchestrator(config=cluster, executor=executor, state_file=state_file,
                                   on_decision=lambda d: st.metrics.decisions
                                   .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
@@ -116,6 +117,8 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
             await stop_all()
             if state_file is not None:
                 state_file.path.unlink(missing_ok=True)  # an orderly stop leaves nothing to recover
+        if state_file is not None:
+            state_file.close()
 
     return ctx
 
@@ -132,7 +135,11 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
 
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
               launcher_factory: LauncherFactory = local_launcher,
-              transport_factory: TransportFactory = HttpTransport) -> web.Application:
+              transport_factory: TransportFactory = HttpTransport,
+              state_file: StateFile | None = None) -> web.Application:
+    """``state_file``: the crash-safe record, already locked by the caller (the CLI takes the
+    lock before serving so that a second router on the same directory fails at once);
+    without it, one is opened from ``cluster.state_dir``."""
     config.validate()
     st = RouterState(
         config=config, store=store, selector=Selector(pushes=lambda: st.control.pushes if st.control else None),
@@ -163,7 +170,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
 
     app.cleanup_ctx.append(session_ctx)
     if cluster is not None:
-        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory))
+        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory, state_file))
     add_control_routes(app)
     r = app.router
     r.add_post("/generate", inference_routes.generate)
