@@ -105,6 +105,10 @@ class PlanExecutor:
     async def _become(self, slot: int, url: str, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         """Give the process in ``slot`` the role ``role``: in place for P <-> D, else relaunch."""
         w = self.store.table.worker(slot)
+        if self.launcher is not None and not self.launcher.alive(slot):
+            # Its process is gone (a relaunch cancelled half-way by a mandatory event): start
+            # it in the new role instead of asking a dead endpoint what it is.
+            return await self._relaunch(slot, role, gpus)
         current = await self._actual_role(url)
         if current is role:
             return url, w.bootstrap_port
@@ -116,6 +120,9 @@ class PlanExecutor:
         if self.launcher is None:
             raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
                                    "and attached workers cannot be relaunched")
+        return await self._relaunch(slot, role, gpus)
+
+    async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         await self.launcher.stop(slot)
         launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port

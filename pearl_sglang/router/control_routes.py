@@ -102,6 +102,14 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         raise UpstreamFailed(str(e), kind="weight_group_init_failed") from e
     except asyncio.TimeoutError as e:
         raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+    except asyncio.CancelledError as e:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # this request itself was cancelled: the client left or the router stops
+        # A concurrent admin call cancelled the work this call was waiting for.
+        raise Conflict("pre-empted by a concurrent admin call (train_begin or a GPU leave cancels "
+                       "optional changes in flight); see /pearl/state and call again if still needed",
+                       kind="preempted") from e
 
 
 async def train_begin(request: web.Request) -> web.Response:
