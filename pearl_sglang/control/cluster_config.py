@@ -165,15 +165,22 @@ class WeightsConfig:
 class RecoveryConfig:
     """``pd_probe_backoff_s``: after a group fails its PD probe (the pair cannot transfer
     KV) and is cancelled, wait each delay in turn and re-plan, which relaunches the
-    cancelled workers on the same GPUs and pairs them again; then give up until the next
-    event."""
+    cancelled workers on the same GPUs and pairs them again.
+    ``growth_backoff_s``: after a growth stops short of its target for any reason (a
+    worker that would not start, a failed weight sync, PD probes that kept failing), the
+    control plane re-plans after each delay in turn, then every last delay, until the
+    target is reached or an event changes it."""
 
     pd_probe_backoff_s: tuple[float, ...] = (1.0, 5.0, 20.0)
+    growth_backoff_s: tuple[float, ...] = (1.0, 5.0, 20.0, 60.0)
 
     def validate(self) -> None:
-        if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0
-                   for d in self.pd_probe_backoff_s):
-            raise ConfigError("recovery.pd_probe_backoff_s must be a list of non-negative seconds")
+        for key in ("pd_probe_backoff_s", "growth_backoff_s"):
+            delays = getattr(self, key)
+            if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 for d in delays):
+                raise ConfigError(f"recovery.{key} must be a list of non-negative seconds")
+        if not self.growth_backoff_s:
+            raise ConfigError("recovery.growth_backoff_s needs at least one delay")
 
 
 @dataclass(frozen=True)
@@ -225,8 +232,8 @@ class ClusterConfig:
         zones = dict(data.get("zones") or {})
         zones = {k: tuple(v) for k, v in zones.items()}
         recovery = data.get("recovery")
-        if isinstance(recovery, Mapping) and isinstance(recovery.get("pd_probe_backoff_s"), (list, tuple)):
-            recovery = {**recovery, "pd_probe_backoff_s": tuple(recovery["pd_probe_backoff_s"])}
+        if isinstance(recovery, Mapping):
+            recovery = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in recovery.items()}
         try:
             profile = Profile(**data["profile"]) if data.get("profile") is not None else None
             thresholds = Thresholds(**(data.get("thresholds") or {}))

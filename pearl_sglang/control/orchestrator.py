@@ -78,6 +78,8 @@ class Orchestrator(WeightPushes):
         self.training = False
         self._lock = asyncio.Lock()
         self._growth: asyncio.Task | None = None
+        self._replan: asyncio.Task | None = None
+        self._replans = 0  # growths in a row that stopped short: indexes the back-off
         self._once = OnceByRequestId().run
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
@@ -221,11 +223,13 @@ class Orchestrator(WeightPushes):
         backoff = self.config.recovery.pd_probe_backoff_s
         for attempt in range(len(backoff) + 1):
             try:
-                return Growth(tuple(await self._grow(p, operation)))
+                admitted = Growth(tuple(await self._grow(p, operation)))
+                self._replans = 0
+                return admitted
             except PdProbeFailed as e:
                 reason = str(e)
                 if attempt == len(backoff):
-                    log.warning("%s: %s; giving up until the next event", operation, e)
+                    log.warning("%s: %s; re-planning with back-off", operation, e)
                     break
                 await asyncio.sleep(backoff[attempt])
                 async with self._lock:
@@ -234,7 +238,34 @@ class Orchestrator(WeightPushes):
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
                 break
+        self._schedule_replan(operation)
         return Growth(reason=reason)
+
+    def _schedule_replan(self, operation: str) -> None:
+        """A growth that stopped short of its target is planned again after a back-off
+        (the delays of ``recovery.growth_backoff_s``, then the last one for good), so the
+        cluster climbs back without waiting for the next admin call. Each attempt is an
+        ordinary event: it re-plans on the table as it is then, and does nothing when the
+        table already has its target."""
+        backoff = self.config.recovery.growth_backoff_s
+        delay = backoff[min(self._replans, len(backoff) - 1)]
+        self._replans += 1
+        if self._replan is not None and not self._replan.done():
+            self._replan.cancel()
+        self._replan = asyncio.ensure_future(self._replan_after(delay, operation))
+
+    async def _replan_after(self, delay: float, operation: str) -> None:
+        await asyncio.sleep(delay)
+        async with self._lock:
+            if self._growth is not None and not self._growth.done():
+                return  # an event re-planned meanwhile
+            p = await self._begin(f"{operation}_replan", borrow=self.borrowing and not self.training)
+            if not p.add and not any(w.activity is Activity.SWITCHING and not w.held
+                                     for w in self.store.table.rollout_workers()):
+                self._replans = 0
+                return
+            log.info("%s: re-planning after %.0fs (attempt %d)", operation, delay, self._replans)
+            self._start_growth(p, operation)
 
     def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
         self._growth = asyncio.ensure_future(self._grow_with_retries(p, operation))
@@ -383,10 +414,14 @@ class Orchestrator(WeightPushes):
             await self._cancel_growth()
             p = await self._begin("pd_mode", borrow=self.borrowing)
             task = self._start_growth(p, "pd_mode")
-        await asyncio.shield(task)
-        return {"pd_mode": mode, "topology": self.store.table.active_topology().label()}
+        grown = await asyncio.shield(task)
+        return {"pd_mode": mode, "topology": self.store.table.active_topology().label(),
+                **({"reason": grown.reason} if grown.reason else {})}
 
     async def shutdown(self) -> None:
+        if self._replan is not None:
+            self._replan.cancel()
+            await asyncio.gather(self._replan, return_exceptions=True)
         await self._cancel_growth()
         await self.groups.close()
 

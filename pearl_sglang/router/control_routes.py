@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp import web
@@ -13,7 +14,8 @@ from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, Gro
                                                MembershipChanged, TensorSpecs, UnknownGroup)
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.errors import CoreError
-from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, UpstreamFailed
+from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
+                                       UpstreamFailed)
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 
@@ -214,7 +216,13 @@ async def pd_mode(request: web.Request) -> web.Response:
     if mode not in ("auto", "colocated", "disaggregated") and not (isinstance(mode, str) and fixed_ratio(mode)):
         raise BadRequest("'pd_mode' must be 'auto', 'colocated', 'disaggregated' or a fixed ratio 'P:D' "
                          "(positive integers, e.g. '3:5')")
-    return await _run(orch.set_pd_mode(mode))
+    answer = await _run(orch.set_pd_mode(mode))
+    reason = json.loads(answer.text).get("reason")
+    if reason:
+        topology = orch.store.table.active_topology().label()
+        raise ServiceUnavailable(f"pd_mode={mode} is set but its topology was not reached ({reason}); the "
+                                 f"cluster serves {topology} and re-plans with back-off", kind="target_not_reached")
+    return answer
 
 
 def add_control_routes(app: web.Application) -> None:
