@@ -208,6 +208,11 @@ class ClusterConfig:
         self.engine.validate()
         self.launcher.validate()
         self.zones.validate(self.engine.tp_size)
+        if self.zones.overlap and not self.engine.memory_saver:
+            raise ConfigError("zones.overlap needs engine.memory_saver: true: without SGLang's memory saver "
+                              "/release_memory_occupation frees nothing, so borrowed training GPUs would be "
+                              "reported free while rollout workers still hold their memory (on a CPU build, "
+                              "leave zones.overlap empty)")
         self.weights.validate()
         self.recovery.validate()
         if self.profile is None:

@@ -90,6 +90,10 @@ class PlanExecutor:
                 try:
                     await self.ops.pause(w.endpoint, "abort")
                     await self.ops.release_memory(w.endpoint)
+                    if await self.ops.frees_memory_on_release(w.endpoint) is False:
+                        raise WorkerOpError(w.endpoint, "/release_memory_occupation",
+                                            "the worker runs without the memory saver, so the release freed "
+                                            "nothing (set engine.memory_saver: true)")
                     return WorkerLeft(slot)
                 except WorkerOpError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
