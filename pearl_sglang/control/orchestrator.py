@@ -27,7 +27,7 @@ from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot
 from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
@@ -77,6 +77,7 @@ class Orchestrator(WeightPushes):
         self.borrowing = False
         self.training = False
         self._lock = asyncio.Lock()
+        self._pushing = asyncio.Lock()  # weight pushes and admissions (weight_pushes.py)
         self._growth: asyncio.Task | None = None
         self._replan: asyncio.Task | None = None
         self._replans = 0  # growths in a row that stopped short: indexes the back-off
@@ -104,7 +105,8 @@ class Orchestrator(WeightPushes):
             workers.setdefault(str(slot), {"endpoint": None, "pid": pid(slot)})
         self.state_file.save(ControlRecord(
             table=self.store.table.to_dict(), snapshot=self.snapshot.to_dict(), training=self.training,
-            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent))
+            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent,
+            pushes=self.pushes.to_dict()))
 
     async def _recover(self, record: ControlRecord) -> None:
         """Restart path: reconcile the recorded table with reality, then finish or roll
@@ -116,8 +118,10 @@ class Orchestrator(WeightPushes):
                 adopt(slot, pid)
         self.snapshot = WeightSnapshot.from_dict(record.snapshot)
         reported = tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))
-        self.pushes = PushLog.start(self.snapshot.version, max_staleness=self.config.weights.max_staleness,
-                                    also=reported)
+        max_staleness = self.config.weights.max_staleness
+        self.pushes = (PushLog.from_dict(record.pushes, max_staleness=max_staleness, also=reported)
+                       if record.pushes else
+                       PushLog.start(self.snapshot.version, max_staleness=max_staleness, also=reported))
         self.training, self.borrowing = record.training, record.borrowing
         self.last_step = dict(record.last_step)
         self.recovery = {"intent": record.intent, "notes": result.notes}
@@ -214,7 +218,15 @@ class Orchestrator(WeightPushes):
             log.warning("%s: %s; cancelling the group", operation, e)
             await self.executor.cancel_group([a.slot for a in adds] + switching)
             raise
-        await self.executor.admit(list(results), operation)
+        async with self._pushing:
+            try:
+                ready = await self._catch_up(list(results))
+            except (WorkerOpError, NoDiskCopy) as e:
+                log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
+                            operation, e)
+                await self.executor.cancel_group([a.slot for a in adds] + switching)
+                raise GroupCancelled(f"could not load the latest weights before admission: {e}") from e
+            await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
 
     async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:

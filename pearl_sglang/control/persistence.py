@@ -1,8 +1,8 @@
 """The control plane's crash-safe record: written atomically before and after every act.
 
 One JSON document (``state.json`` in ``--state-dir``) holds the table, the latest weight
-snapshot, the training/borrowing flags, where each launched worker lives (endpoint, PID)
-and the *intent*: the plan being executed, written before any worker is touched and
+snapshot and the numbered log of adopted pushes (the staleness bound counts from it), the
+training/borrowing flags, where each launched worker lives (endpoint, PID) and the *intent*: the plan being executed, written before any worker is touched and
 cleared when it is done. A router killed at any moment finds on restart what it was
 doing and what it had launched; ``reconcile`` then checks that against the workers
 themselves instead of trusting the record. The write is a temp file, ``fsync``, atomic
@@ -35,11 +35,12 @@ class ControlRecord:
     last_step: dict[str, int | None] = field(default_factory=lambda: {"begin": None, "finished": None})
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     intent: dict[str, Any] | None = None
+    pushes: dict[str, Any] | None = None  # the adopted-push log (``PushLog.to_dict``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "table": self.table, "snapshot": self.snapshot, "training": self.training,
                 "borrowing": self.borrowing, "last_step": self.last_step, "workers": self.workers,
-                "intent": self.intent}
+                "intent": self.intent, "pushes": self.pushes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ControlRecord":
@@ -47,7 +48,7 @@ class ControlRecord:
             raise ValueError(f"unknown control record format {data.get('format')!r}")
         return cls(table=data["table"], snapshot=data["snapshot"], training=bool(data["training"]),
                    borrowing=bool(data["borrowing"]), last_step=dict(data["last_step"]),
-                   workers=dict(data["workers"]), intent=data.get("intent"))
+                   workers=dict(data["workers"]), intent=data.get("intent"), pushes=data.get("pushes"))
 
 
 class StateDirInUse(RuntimeError):

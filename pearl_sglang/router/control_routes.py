@@ -12,6 +12,7 @@ from pearl_sglang.control.idempotency import RequestIdReused
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
+from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
@@ -91,6 +92,8 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         raise Conflict(str(e), kind="out_of_order") from e
     except RequestIdReused as e:
         raise Conflict(str(e), kind="request_id_reused") from e
+    except NoActiveWorker as e:
+        raise ServiceUnavailable(str(e), kind="no_active_worker") from e
     except CoreError as e:
         raise Conflict(str(e), kind="invalid_transition") from e
     except InvalidGroupRequest as e:

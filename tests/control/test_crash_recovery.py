@@ -190,3 +190,25 @@ def test_the_state_dir_lock_is_exclusive_and_freed_on_close(tmp_path):
         StateFile(tmp_path / "state")
     first.close()
     StateFile(tmp_path / "state").close()
+
+
+def test_the_push_count_survives_a_restart(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir, cold_start_s=0)
+    router = start_router(tmp_path, config, "router-1")
+    try:
+        settled(router)
+        for version in ("v1", "v2"):
+            r = httpx.post(router.url + "/update_weights", headers=AUTH, timeout=60,
+                           json={"version": version, "model_path": str(tiny_model_dir)})
+            assert r.status_code == 200 and r.json()["push"] == int(version[1:]), r.text
+        router.kill()
+        router = start_router(tmp_path, config, "router-2")
+        settled(router)
+        pushes = state(router)["control"]["pushes"]
+        assert pushes["number"] == 2 and pushes["servable_versions"] == ["v2"], pushes
+        r = httpx.post(router.url + "/update_weights", headers=AUTH, timeout=60,
+                       json={"version": "v3", "model_path": str(tiny_model_dir)})
+        assert r.json()["push"] == 3
+    finally:
+        router.stop()
+    assert not leftovers(tiny_model_dir)
