@@ -210,13 +210,14 @@ class Orchestrator(WeightPushes):
                 if isinstance(r, asyncio.CancelledError):
                     raise r
             log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
-            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            await self.executor.cancel_group([a.slot for a in adds] + switching,
+                                             reached=[r for r in results if not isinstance(r, BaseException)])
             raise GroupCancelled(f"{len(failed)} worker(s) could not be made ready: {failed[0]}")
         try:
             await self.executor.verify_pd(list(results))
         except ActivationFailed as e:
             log.warning("%s: %s; cancelling the group", operation, e)
-            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
             raise
         async with self._pushing:
             try:
@@ -224,7 +225,7 @@ class Orchestrator(WeightPushes):
             except (WorkerOpError, NoDiskCopy) as e:
                 log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
                             operation, e)
-                await self.executor.cancel_group([a.slot for a in adds] + switching)
+                await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
                 raise GroupCancelled(f"could not load the latest weights before admission: {e}") from e
             await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
@@ -293,6 +294,7 @@ class Orchestrator(WeightPushes):
         stuck = [w.slot for w in table.rollout_workers() if w.activity is Activity.JOINING]
         if stuck:
             await self.executor.cancel_group(stuck)
+        await self.executor.drop_dead_switches()
 
     # -- events ------------------------------------------------------------------------------
     async def start(self) -> list[int]:
@@ -368,6 +370,7 @@ class Orchestrator(WeightPushes):
             self.borrowing = borrow
             self._persist()
             if borrow:
+                await self._cancel_growth()  # one growth at a time: a running one would go untracked
                 p = await self._begin("train_finished", borrow=True)
                 self._start_growth(p, "intra_scale")
         return {"step": step, "borrowing": borrow, "reason": reason}

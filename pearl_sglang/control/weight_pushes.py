@@ -96,6 +96,7 @@ class WeightPushes:
             await self.store.apply([WorkerFailed(s) for s in stale])
             for s in stale:
                 await self.executor.kill(s)
+            await self._cancel_growth()  # one growth at a time: a running one would go untracked
             p = await self._begin("weights_repair", borrow=self.borrowing)
             self._start_growth(p, "weights_repair")
 
