@@ -270,7 +270,7 @@ class PlanExecutor:
                 endpoint, port = await self._become(slot, url, w.role, w.gpus)
                 await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
                 return SwitchAbandoned(slot, endpoint=endpoint, bootstrap_port=port)
-            except (LaunchError, WorkerOpError, ActivationFailed):
+            except (LaunchError, WorkerOpError, ActivationFailed, OSError):
                 if attempt == RESTORE_ATTEMPTS - 1 or self.launcher is None:
                     raise
                 await self.launcher.stop(slot)  # the next attempt relaunches it

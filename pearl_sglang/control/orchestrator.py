@@ -38,7 +38,7 @@ from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
+from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
 
@@ -209,9 +209,13 @@ class Orchestrator(WeightPushes):
             for r in failed:
                 if isinstance(r, asyncio.CancelledError):
                     raise r
+            reached = [r for r in results if not isinstance(r, BaseException)]
+            if not switching and not self.store.table.active() and self._servable_alone(reached):
+                await self._admit_what_started(adds, results, operation)
+                raise GroupCancelled(f"{len(failed)} of {len(adds)} worker(s) could not be made ready "
+                                     f"({failed[0]}); the {len(reached)} that started were admitted")
             log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
-            await self.executor.cancel_group([a.slot for a in adds] + switching,
-                                             reached=[r for r in results if not isinstance(r, BaseException)])
+            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=reached)
             raise GroupCancelled(f"{len(failed)} worker(s) could not be made ready: {failed[0]}")
         try:
             await self.executor.verify_pd(list(results))
@@ -229,6 +233,30 @@ class Orchestrator(WeightPushes):
                 raise GroupCancelled(f"could not load the latest weights before admission: {e}") from e
             await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
+
+    def _servable_alone(self, ready: list) -> bool:
+        """Whether workers that did start form a topology by themselves (colocated ones,
+        or at least one prefill and one decode)."""
+        roles = {self.store.table.worker(e.slot).role for e in ready}
+        return Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles
+
+    async def _admit_what_started(self, adds: list, results: list, operation: str) -> None:
+        """All-or-nothing admission exists to keep a serving cluster coherent; when
+        nothing serves, the workers that started are admitted (their failed peers are
+        stopped) rather than thrown away, and a re-plan brings up the rest."""
+        failed = [a.slot for a, r in zip(adds, results) if isinstance(r, BaseException)]
+        started = [r for r in results if not isinstance(r, BaseException)]
+        log.warning("%s: %d worker(s) failed while nothing serves; admitting the %d that started",
+                    operation, len(failed), len(started))
+        await self.executor.cancel_group(failed)
+        try:
+            await self.executor.verify_pd(started)
+            async with self._pushing:
+                ready = await self._catch_up(started)
+                await self.executor.admit(ready, operation)
+        except (ActivationFailed, WorkerOpError, NoDiskCopy) as e:
+            log.warning("%s: the workers that started cannot serve either (%s); cancelling them", operation, e)
+            await self.executor.cancel_group([e.slot for e in started])
 
     async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:
         """``_grow``; after a failed PD probe (group cancelled), wait each back-off delay
@@ -250,6 +278,10 @@ class Orchestrator(WeightPushes):
             except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
+                break
+            except Exception as e:  # noqa: BLE001 - whatever stopped it, the cluster must climb back
+                reason = f"{type(e).__name__}: {e}"
+                log.exception("%s growth stopped by an unexpected error", operation)
                 break
         self._schedule_replan(operation)
         return Growth(reason=reason)
