@@ -20,6 +20,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
+from pearl_sglang.control.growth_recovery import GrowthRecovery
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
@@ -38,7 +39,7 @@ from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
 
@@ -57,7 +58,7 @@ class Growth:
     reason: str | None = None
 
 
-class Orchestrator(WeightPushes):
+class Orchestrator(WeightPushes, GrowthRecovery):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -234,30 +235,6 @@ class Orchestrator(WeightPushes):
             await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
 
-    def _servable_alone(self, ready: list) -> bool:
-        """Whether workers that did start form a topology by themselves (colocated ones,
-        or at least one prefill and one decode)."""
-        roles = {self.store.table.worker(e.slot).role for e in ready}
-        return Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles
-
-    async def _admit_what_started(self, adds: list, results: list, operation: str) -> None:
-        """All-or-nothing admission exists to keep a serving cluster coherent; when
-        nothing serves, the workers that started are admitted (their failed peers are
-        stopped) rather than thrown away, and a re-plan brings up the rest."""
-        failed = [a.slot for a, r in zip(adds, results) if isinstance(r, BaseException)]
-        started = [r for r in results if not isinstance(r, BaseException)]
-        log.warning("%s: %d worker(s) failed while nothing serves; admitting the %d that started",
-                    operation, len(failed), len(started))
-        await self.executor.cancel_group(failed)
-        try:
-            await self.executor.verify_pd(started)
-            async with self._pushing:
-                ready = await self._catch_up(started)
-                await self.executor.admit(ready, operation)
-        except (ActivationFailed, WorkerOpError, NoDiskCopy) as e:
-            log.warning("%s: the workers that started cannot serve either (%s); cancelling them", operation, e)
-            await self.executor.cancel_group([e.slot for e in started])
-
     async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:
         """``_grow``; after a failed PD probe (group cancelled), wait each back-off delay
         and re-plan, which relaunches the cancelled workers and pairs them anew."""
@@ -285,32 +262,6 @@ class Orchestrator(WeightPushes):
                 break
         self._schedule_replan(operation)
         return Growth(reason=reason)
-
-    def _schedule_replan(self, operation: str) -> None:
-        """A growth that stopped short of its target is planned again after a back-off
-        (the delays of ``recovery.growth_backoff_s``, then the last one for good), so the
-        cluster climbs back without waiting for the next admin call. Each attempt is an
-        ordinary event: it re-plans on the table as it is then, and does nothing when the
-        table already has its target."""
-        backoff = self.config.recovery.growth_backoff_s
-        delay = backoff[min(self._replans, len(backoff) - 1)]
-        self._replans += 1
-        if self._replan is not None and not self._replan.done():
-            self._replan.cancel()
-        self._replan = asyncio.ensure_future(self._replan_after(delay, operation))
-
-    async def _replan_after(self, delay: float, operation: str) -> None:
-        await asyncio.sleep(delay)
-        async with self._lock:
-            if self._growth is not None and not self._growth.done():
-                return  # an event re-planned meanwhile
-            p = await self._begin(f"{operation}_replan", borrow=self.borrowing and not self.training)
-            if not p.add and not any(w.activity is Activity.SWITCHING and not w.held
-                                     for w in self.store.table.rollout_workers()):
-                self._replans = 0
-                return
-            log.info("%s: re-planning after %.0fs (attempt %d)", operation, delay, self._replans)
-            self._start_growth(p, operation)
 
     def _start_growth(self, p: Plan, operation: str) -> asyncio.Task:
         self._growth = asyncio.ensure_future(self._grow_with_retries(p, operation))

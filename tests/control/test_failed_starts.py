@@ -5,7 +5,6 @@ without waiting for another admin call, and an operator change whose topology ca
 reached answers an error instead of a success with whatever is left."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field, replace
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
