@@ -1,26 +1,24 @@
 """Cluster configuration for launched workers (YAML or JSON), validated into dataclasses.
 
-Example (``examples/cluster-emulated.yaml``)::
+A minimal file (``examples/`` has complete ones: an emulated cluster, real SGLang on GPUs,
+real SGLang on CPU; ``docs/cluster-config.md`` describes every key)::
 
     engine:
       kind: emulator            # or "sglang"
-      model_path: /models/Qwen3-8B
+      model_path: examples/models/qwen3-8b-emulated
       tp_size: 2
-      weight_version: v0
       emulator: {profile: qwen3-8b-h800-tp2, time_scale: 50}
-    launcher: {kind: local, host: 127.0.0.1, log_dir: runs/logs}
     zones:
       dedicated: [node0:0, node0:1, node0:2, node0:3]
-      overlap: [train0:0, train0:1, ...]
-    profile: {B: 64, S: 30, delta_L: 1000, r: 300, theta: 1.0, A: 0.0045, b: 2.0e-5,
-              t_prefill: 1.5e-5, K: 147456, BW: 5.0e10, T_over: 0.2, T_env: 30, K_seq: 4.8e9,
-              H_max: 1.2e11}
-    thresholds: {ratio: 0.05, mode: 0.15}
-    gate: {toggle_cost_s: 10.0, alpha: 0.3, enabled: true}
-    deadlines: {train_begin_s: 60, leave_s: 30, join_s: 900, drain_s: 20}
-    weights: {max_staleness: 0, group_init_timeout_s: 600}
-    recovery: {pd_probe_backoff_s: [1, 5, 20]}
+      overlap: [train0:0, train0:1, train0:2, train0:3]
+    profile: {B: 64, S: 30, delta_L: 1000, r: 300, theta: 1.367, A: 0.0045, b: 3.606e-4,
+              t_prefill: 2.222e-5, K: 147456, BW: 8.4e+10, T_over: 0.2, T_env: 150.0,
+              K_seq: 4831838208, H_max: 1.196e+11}
     routing_policy: cost        # or cache_aware, round_robin
+    time_scale: 50
+
+Exponents need a sign in YAML (``8.4e+10``): PyYAML reads ``8.4e10`` as a string, which is
+refused with that hint.
 
 Every key is documented on its dataclass below; unknown keys are errors (a typo must not
 silently fall back to a default).
@@ -67,7 +65,19 @@ def _build(cls, data: Any, where: str):
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How each rollout worker is started. ``kind``: "sglang" or "emulator"."""
+    """How each rollout worker is started (docs/cluster-config.md has the long form).
+
+    ``kind``: "sglang" or "emulator". ``model_path``: the checkpoint every worker loads at
+    start (``weight_version`` names it). ``python``: the interpreter that runs
+    ``-m sglang.launch_server`` (empty: the router's own). ``env``: extra environment of
+    each worker process. ``extra_args``: more ``sglang.launch_server`` flags, verbatim.
+    ``memory_saver``: ``--enable-memory-saver``, needed to lend the overlap zone (it is
+    what frees GPU memory on return; it needs CUDA). ``weights_cpu_backup``: keep weights
+    in host memory while released, so re-activation needs no reload.
+    ``transfer_backend``: KV transfer between prefill and decode workers.
+    ``start_timeout_s``: how long a worker may take to become healthy. ``emulator``: the
+    emulator's own flags (``profile``, ``time_scale``, ``cold_start``, ``seed``, ...).
+    """
 
     kind: str = "emulator"
     model_path: str = ""
@@ -138,6 +148,12 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class Deadlines:
+    """Seconds. ``train_begin_s``: returning the training GPUs (stragglers are stopped at
+    it). ``leave_s``: default deadline of a GPU leave. ``drain_s``: how long a leaving
+    worker may drain before it is stopped. ``join_s``, ``admission_pause_s``: accepted
+    for compatibility, not enforced (a join answers when its growth ends; the admission
+    pause is bounded by the router's ``--admission-wait-s``)."""
+
     train_begin_s: float = 60.0
     leave_s: float = 30.0
     join_s: float = 900.0
@@ -168,15 +184,22 @@ class WeightsConfig:
 class RecoveryConfig:
     """``pd_probe_backoff_s``: after a group fails its PD probe (the pair cannot transfer
     KV) and is cancelled, wait each delay in turn and re-plan, which relaunches the
-    cancelled workers on the same GPUs and pairs them again; then give up until the next
-    event."""
+    cancelled workers on the same GPUs and pairs them again.
+    ``growth_backoff_s``: after a growth stops short of its target for any reason (a
+    worker that would not start, a failed weight sync, PD probes that kept failing), the
+    control plane re-plans after each delay in turn, then every last delay, until the
+    target is reached or an event changes it."""
 
     pd_probe_backoff_s: tuple[float, ...] = (1.0, 5.0, 20.0)
+    growth_backoff_s: tuple[float, ...] = (1.0, 5.0, 20.0, 60.0)
 
     def validate(self) -> None:
-        if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0
-                   for d in self.pd_probe_backoff_s):
-            raise ConfigError("recovery.pd_probe_backoff_s must be a list of non-negative seconds")
+        for key in ("pd_probe_backoff_s", "growth_backoff_s"):
+            delays = getattr(self, key)
+            if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 for d in delays):
+                raise ConfigError(f"recovery.{key} must be a list of non-negative seconds")
+        if not self.growth_backoff_s:
+            raise ConfigError("recovery.growth_backoff_s needs at least one delay")
 
 
 @dataclass(frozen=True)
@@ -207,6 +230,11 @@ class ClusterConfig:
         self.engine.validate()
         self.launcher.validate()
         self.zones.validate(self.engine.tp_size)
+        if self.zones.overlap and not self.engine.memory_saver:
+            raise ConfigError("zones.overlap needs engine.memory_saver: true: without SGLang's memory saver "
+                              "/release_memory_occupation frees nothing, so borrowed training GPUs would be "
+                              "reported free while rollout workers still hold their memory (on a CPU build, "
+                              "leave zones.overlap empty)")
         self.weights.validate()
         self.recovery.validate()
         if self.profile is None:
@@ -234,8 +262,9 @@ class ClusterConfig:
         zones = dict(data.get("zones") or {})
         zones = {k: tuple(v) for k, v in zones.items()}
         recovery = data.get("recovery")
-        if isinstance(recovery, Mapping) and isinstance(recovery.get("pd_probe_backoff_s"), (list, tuple)):
-            recovery = {**recovery, "pd_probe_backoff_s": tuple(recovery["pd_probe_backoff_s"])}
+        if isinstance(recovery, Mapping):
+            recovery = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in recovery.items()}
+        _check_numbers(data.get("profile"), "profile")
         try:
             profile = Profile(**data["profile"]) if data.get("profile") is not None else None
             thresholds = Thresholds(**(data.get("thresholds") or {}))
@@ -268,6 +297,21 @@ class ClusterConfig:
         else:
             data = json.loads(text)
         return cls.from_mapping(data)
+
+
+def _check_numbers(section: Any, where: str) -> None:
+    """A number YAML left as a string (``5.0e10``: YAML 1.1 wants ``5.0e+10``) is refused
+    with the fix, instead of a bare type error."""
+    if not isinstance(section, Mapping):
+        return
+    for key, value in section.items():
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                continue
+            raise ConfigError(f"{where}.{key} is the string {value!r}, not a number: YAML reads an exponent "
+                              f"without a sign as text; write it as {value.replace('e', 'e+')}")
 
 
 def apply_policy(config: ClusterConfig, policy: str) -> ClusterConfig:

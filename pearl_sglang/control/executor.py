@@ -24,14 +24,14 @@ from typing import Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
-from pearl_sglang.control.launchers import Launcher, LaunchSpec
+from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.registration import is_registered
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import (
-    Event, RoleSwitched, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
+    Event, RoleSwitched, SwitchAbandoned, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.state import Activity, Role, Zone
@@ -40,6 +40,8 @@ from pearl_sglang.router.drain import migrate_off, wait_drained
 from pearl_sglang.router.state import RouterState
 
 log = logging.getLogger("pearl.control")
+
+RESTORE_ATTEMPTS = 3
 
 _MODE_TO_ROLE = {"null": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
 
@@ -94,6 +96,10 @@ class PlanExecutor:
                 try:
                     await self.ops.pause(w.endpoint, "abort")
                     await self.ops.release_memory(w.endpoint)
+                    if await self.ops.frees_memory_on_release(w.endpoint) is False:
+                        raise WorkerOpError(w.endpoint, "/release_memory_occupation",
+                                            "the worker runs without the memory saver, so the release freed "
+                                            "nothing (set engine.memory_saver: true)")
                     return WorkerLeft(slot)
                 except WorkerOpError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
@@ -112,6 +118,10 @@ class PlanExecutor:
     async def _become(self, slot: int, url: str, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         """Give the process in ``slot`` the role ``role``: in place for P <-> D, else relaunch."""
         w = self.store.table.worker(slot)
+        if self.launcher is not None and not self.launcher.alive(slot):
+            # Its process is gone (a relaunch cancelled half-way by a mandatory event): start
+            # it in the new role instead of asking a dead endpoint what it is.
+            return await self._relaunch(slot, role, gpus)
         current = await self._actual_role(url)
         if current is role:
             return url, w.bootstrap_port
@@ -123,6 +133,9 @@ class PlanExecutor:
         if self.launcher is None or is_registered(w):
             raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
                                    "and attached or registered workers cannot be relaunched")
+        return await self._relaunch(slot, role, gpus)
+
+    async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         await self.launcher.stop(slot)
         launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port
@@ -200,16 +213,71 @@ class PlanExecutor:
         async with self.phases.phase(operation, "finalization"):
             async with self.router.gate.closed(f"{operation}: admitting {len(events)} worker(s)"):
                 await self.store.apply(events)
+                self._forget_failures(events)
 
-    async def cancel_group(self, slots: list[int]) -> None:
-        """All-or-nothing: stop every worker of a failed group that was being changed
-        (joining, or switching to a new role) and drop it from the table; held workers,
-        which were not touched, stay held."""
+    async def cancel_group(self, slots: list[int], reached: list[Event] | None = None) -> None:
+        """All-or-nothing: stop every joining worker of a failed group and drop it from the
+        table; a worker that was switching to a new role goes back to its old one (in
+        place, or relaunched if its process is gone), so the cluster keeps serving the old
+        topology rather than losing it; only a worker that cannot go back is stopped.
+        Held workers, which were not touched, stay held. ``reached``: the events of the
+        group's workers that did get ready (a relaunched worker's new endpoint is there)."""
         table = self.store.table
-        doomed = [s for s in slots if table.has(s) and (
-            table.worker(s).activity is Activity.JOINING
-            or (table.worker(s).activity is Activity.SWITCHING and not table.worker(s).held))]
-        for slot in doomed:
+        joining = [s for s in slots if table.has(s) and table.worker(s).activity is Activity.JOINING]
+        switching = [s for s in slots if table.has(s) and table.worker(s).activity is Activity.SWITCHING
+                     and not table.worker(s).held]
+        for slot in joining:
             await self.kill(slot)
-        if doomed:
-            await self.store.apply([WorkerFailed(s) for s in doomed])
+        now_at = {e.slot: (e.endpoint, e.bootstrap_port) for e in reached or ()
+                  if isinstance(e, RoleSwitched) and e.endpoint}
+        restored = await gather_settled(*(self._restore(s, now_at.get(s)) for s in switching))
+        events: list[Event] = []
+        for slot, outcome in zip(switching, restored):
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                log.warning("slot %s could not go back to its old role (%s); stopping it", slot, outcome)
+                await self.kill(slot)
+                events.append(WorkerFailed(slot))
+            else:
+                events.insert(0, outcome)
+        events += [WorkerFailed(s) for s in joining]
+        if events:
+            await self.store.apply(events)
+            self._forget_failures(events)
+
+    async def drop_dead_switches(self) -> None:
+        """After a cancelled growth: a worker whose switch was cancelled half-way through
+        its relaunch has no process any more; left SWITCHING, a re-plan that keeps its old
+        role would mark it ACTIVE at a dead endpoint. It is dropped instead, and the next
+        plan starts a worker on its GPUs."""
+        if self.launcher is None:
+            return
+        dead = [w.slot for w in self.store.table.rollout_workers()
+                if w.activity is Activity.SWITCHING and not w.held and not self.launcher.alive(w.slot)]
+        if dead:
+            log.warning("slots %s lost their process in a cancelled switch; dropping them", dead)
+            await self.store.apply([WorkerFailed(s) for s in dead])
+
+    def _forget_failures(self, events: list[Event]) -> None:
+        """A slot that now runs a new or restarted process starts with a closed circuit:
+        failures counted against the process it replaced say nothing about this one."""
+        for e in events:
+            if isinstance(e, (WorkerReady, RoleSwitched, SwitchAbandoned)) and e.endpoint:
+                self.router.breakers.success(e.slot)
+
+    async def _restore(self, slot: int, now_at: tuple[str, int | None] | None) -> Event:
+        """Back to the old role; a start that fails is tried again (up to
+        ``RESTORE_ATTEMPTS``), since losing the worker is worse than a late return."""
+        w = self.store.table.worker(slot)
+        url = now_at[0] if now_at else w.endpoint
+        for attempt in range(RESTORE_ATTEMPTS):
+            try:
+                endpoint, port = await self._become(slot, url, w.role, w.gpus)
+                await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
+                return SwitchAbandoned(slot, endpoint=endpoint, bootstrap_port=port)
+            except (LaunchError, WorkerOpError, ActivationFailed, OSError):
+                if attempt == RESTORE_ATTEMPTS - 1 or self.launcher is None:
+                    raise
+                await self.launcher.stop(slot)  # the next attempt relaunches it
+        raise AssertionError("unreachable")

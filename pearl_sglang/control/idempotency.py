@@ -1,31 +1,52 @@
 """Admin calls that act once: a retried ``request_id`` gets the first call's answer.
 
+Ids are scoped to one operation (``train_begin``, ``update_weights``, ...): the same id on
+another endpoint is another call. A retry must carry the same parameters as the first
+call; the same id with different parameters is a client bug (a reused or colliding id)
+and is refused with ``RequestIdReused`` rather than answered with an unrelated result.
 A retry that arrives while the first call still runs waits for that same call; a call
 that failed is forgotten, so its retry acts. Only the last ``keep`` ids are remembered.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable
+
+
+class RequestIdReused(ValueError):
+    """The ``request_id`` of an earlier call of the same operation came with other parameters."""
+
+
+def _fingerprint(params: Any) -> str:
+    return json.dumps(params, sort_keys=True, default=repr)
 
 
 class OnceByRequestId:
     def __init__(self, keep: int = 1024) -> None:
         self.keep = keep
-        self._answers: OrderedDict[str, asyncio.Future] = OrderedDict()
+        self._answers: OrderedDict[tuple[str, str], tuple[str, asyncio.Future]] = OrderedDict()
 
-    async def run(self, request_id: str | None, fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+    async def run(self, operation: str, request_id: str | None, params: Any,
+                  fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """Run ``fn`` once per (``operation``, ``request_id``); ``params`` are what a retry
+        must repeat (JSON-like values)."""
         if request_id is None:
             return await fn()
-        if request_id in self._answers:
-            return {**(await asyncio.shield(self._answers[request_id])), "duplicate": True}
+        key, fingerprint = (operation, request_id), _fingerprint(params)
+        if key in self._answers:
+            first, future = self._answers[key]
+            if first != fingerprint:
+                raise RequestIdReused(f"request_id {request_id!r} was already used for a {operation} call "
+                                      f"with other parameters ({first}); use a new id for a new call")
+            return {**(await asyncio.shield(future)), "duplicate": True}
         future = asyncio.ensure_future(fn())
-        self._answers[request_id] = future
+        self._answers[key] = (fingerprint, future)
         while len(self._answers) > self.keep:
             self._answers.popitem(last=False)
         try:
             return {**(await asyncio.shield(future)), "duplicate": False}
         except BaseException:
-            self._answers.pop(request_id, None)
+            self._answers.pop(key, None)
             raise

@@ -9,6 +9,7 @@ GPUs; attach mode has no launcher at all (ratio changes only through ``/pd_role_
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,11 @@ import aiohttp
 
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
 from pearl_sglang.control.processes import PortPool, ServerProcess, ServerSpec, group_alive, kill_group
+from pearl_sglang.control.start_failures import EngineCannotStart, LaunchError, PortInUse, start_failure
+
+__all__ = ["EngineCannotStart", "LaunchError", "PortInUse", "LaunchSpec", "LaunchedWorker", "Launcher",
+           "LocalLauncher", "engine_args", "engine_argv", "visible_devices", "wait_healthy"]
 from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
-
-
-class LaunchError(RuntimeError):
-    """A worker did not start or did not become healthy in time."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,21 @@ def visible_devices(gpus: tuple[str, ...]) -> str:
 
 
 async def wait_healthy(session: aiohttp.ClientSession, url: str, *, alive, timeout_s: float,
-                       describe) -> None:
+                       describe, failed: Callable[[], LaunchError | None] = lambda: None) -> None:
+    """Poll ``/health`` until it answers 200. ``failed`` reads the worker's output for a
+    failed start (``start_failures``), so a worker that logged one does not cost the
+    whole timeout."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    polls = 0
     while True:
         if not alive():
-            raise LaunchError(f"worker exited during start:\n{describe()}")
+            raise failed() or LaunchError(f"worker exited during start:\n{describe()}")
+        polls += 1
+        if polls % 10 == 0:  # reading the log every half second is plenty
+            failure = failed()
+            if failure is not None:
+                raise failure
         try:
             async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status == 200:
@@ -137,6 +147,20 @@ class LocalLauncher:
         self._adopted[slot] = pid
 
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
+        """Start the worker; a start that failed because its port was taken is retried on
+        fresh ports (another process can bind a port between our choice and the worker's
+        bind), other failures are raised at once."""
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                return await self._launch_once(spec)
+            except PortInUse:
+                if attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                logging.getLogger("pearl.control").warning(
+                    "slot %s: its port was taken during start; starting it again on another port", spec.slot)
+        raise AssertionError("unreachable")
+
+    async def _launch_once(self, spec: LaunchSpec) -> LaunchedWorker:
         if self.alive(spec.slot):
             raise LaunchError(f"slot {spec.slot} already runs a worker")
         host = self.config.host
@@ -146,6 +170,7 @@ class LocalLauncher:
         argv = engine_argv(self.engine, spec, host=host, port=port, bootstrap_port=bootstrap)
         env = {**self.engine.env, "CUDA_VISIBLE_DEVICES": visible_devices(spec.gpus)}
         log = Path(self.config.log_dir) / f"worker-{spec.slot}-{spec.role.value}-{port}.log"
+        since = log.stat().st_size if log.exists() else 0  # logs are appended to; read this start only
         proc = ServerProcess(ServerSpec(name=f"slot{spec.slot}", argv=argv, port=port, log_path=log,
                                         env=env, host=host, die_with_parent=not self.outlive)).start()
         self._procs[spec.slot] = proc
@@ -153,7 +178,9 @@ class LocalLauncher:
         self._on_change()
         try:
             await wait_healthy(self.session, proc.url, alive=proc.alive, timeout_s=self.engine.start_timeout_s,
-                               describe=proc.log_tail)
+                               describe=proc.log_tail,
+                               failed=lambda: start_failure(_read_from(log, since),
+                                                            memory_saver=self.engine.memory_saver))
         except BaseException:
             await self.stop(spec.slot)
             raise
@@ -171,6 +198,18 @@ class LocalLauncher:
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(slot) for slot in self.slots()))
+
+
+_PORT_ATTEMPTS = 3
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 async def stop_group(pid: int, grace_s: float = 10.0) -> None:

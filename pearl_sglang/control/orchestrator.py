@@ -22,6 +22,7 @@ from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
 from pearl_sglang.control.expansions import Expansion, Growth, follow, join_answer, left_unknown, readied_on
+from pearl_sglang.control.growth_recovery import GrowthRecovery
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
@@ -30,7 +31,7 @@ from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot
 from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
@@ -52,7 +53,7 @@ class OutOfOrder(RuntimeError):
     """A call that contradicts the training state (two train_begin, finished without begin)."""
 
 
-class Orchestrator(WeightPushes):
+class Orchestrator(WeightPushes, GrowthRecovery):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -74,6 +75,9 @@ class Orchestrator(WeightPushes):
         self._lock = asyncio.Lock()
         self._growth: Expansion | None = None
         self._expansions = 0
+        self._pushing = asyncio.Lock()  # weight pushes and admissions (weight_pushes.py)
+        self._replan: asyncio.Task | None = None
+        self._replans = 0  # growths in a row that stopped short: indexes the back-off
         self._once = OnceByRequestId().run
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
@@ -98,7 +102,8 @@ class Orchestrator(WeightPushes):
             workers.setdefault(str(slot), {"endpoint": None, "pid": pid(slot)})
         self.state_file.save(ControlRecord(
             table=self.store.table.to_dict(), snapshot=self.snapshot.to_dict(), training=self.training,
-            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent))
+            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent,
+            pushes=self.pushes.to_dict()))
 
     async def _recover(self, record: ControlRecord) -> None:
         """Restart path: reconcile the recorded table with reality, then finish or roll
@@ -110,8 +115,10 @@ class Orchestrator(WeightPushes):
                 adopt(slot, pid)
         self.snapshot = WeightSnapshot.from_dict(record.snapshot)
         reported = tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))
-        self.pushes = PushLog.start(self.snapshot.version, max_staleness=self.config.weights.max_staleness,
-                                    also=reported)
+        max_staleness = self.config.weights.max_staleness
+        self.pushes = (PushLog.from_dict(record.pushes, max_staleness=max_staleness, also=reported)
+                       if record.pushes else
+                       PushLog.start(self.snapshot.version, max_staleness=max_staleness, also=reported))
         self.training, self.borrowing = record.training, record.borrowing
         self.last_step = dict(record.last_step)
         self.recovery = {"intent": record.intent, "notes": result.notes}
@@ -203,16 +210,29 @@ class Orchestrator(WeightPushes):
             for r in failed:
                 if isinstance(r, asyncio.CancelledError):
                     raise r
+            reached = [r for r in results if not isinstance(r, BaseException)]
+            if not switching and not self.store.table.active() and self._servable_alone(reached):
+                await self._admit_what_started(adds, results, operation)
+                raise GroupCancelled(f"{len(failed)} of {len(adds)} worker(s) could not be made ready "
+                                     f"({failed[0]}); the {len(reached)} that started were admitted")
             log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
-            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=reached)
             raise GroupCancelled(f"{len(failed)} worker(s) could not be made ready: {failed[0]}")
         try:
             await self.executor.verify_pd(list(results))
         except ActivationFailed as e:
             log.warning("%s: %s; cancelling the group", operation, e)
-            await self.executor.cancel_group([a.slot for a in adds] + switching)
+            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
             raise
-        await self.executor.admit(list(results), operation)
+        async with self._pushing:
+            try:
+                ready = await self._catch_up(list(results))
+            except (WorkerOpError, NoDiskCopy) as e:
+                log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
+                            operation, e)
+                await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
+                raise GroupCancelled(f"could not load the latest weights before admission: {e}") from e
+            await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
 
     async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:
@@ -221,11 +241,13 @@ class Orchestrator(WeightPushes):
         backoff = self.config.recovery.pd_probe_backoff_s
         for attempt in range(len(backoff) + 1):
             try:
-                return Growth(tuple(await self._grow(p, operation)))
+                admitted = Growth(tuple(await self._grow(p, operation)))
+                self._replans = 0
+                return admitted
             except PdProbeFailed as e:
                 reason = str(e)
                 if attempt == len(backoff):
-                    log.warning("%s: %s; giving up until the next event", operation, e)
+                    log.warning("%s: %s; re-planning with back-off", operation, e)
                     break
                 await asyncio.sleep(backoff[attempt])
                 async with self._lock:
@@ -234,6 +256,11 @@ class Orchestrator(WeightPushes):
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
                 break
+            except Exception as e:  # noqa: BLE001 - whatever stopped it, the cluster must climb back
+                reason = f"{type(e).__name__}: {e}"
+                log.exception("%s growth stopped by an unexpected error", operation)
+                break
+        self._schedule_replan(operation)
         return Growth(reason=reason)
 
     def _start_growth(self, p: Plan, operation: str) -> Expansion:
@@ -254,6 +281,7 @@ class Orchestrator(WeightPushes):
         stuck = left_unknown(self.store.table)
         if stuck:
             await self.executor.cancel_group(stuck)
+        await self.executor.drop_dead_switches()
 
     # -- events ------------------------------------------------------------------------------
     async def start(self) -> list[int]:
@@ -266,7 +294,7 @@ class Orchestrator(WeightPushes):
         return list((await self._grow_with_retries(p, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._train_begin(step))
+        return await self._once("train_begin", request_id, {"step": step}, lambda: self._train_begin(step))
 
     async def _train_begin(self, step: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -311,7 +339,8 @@ class Orchestrator(WeightPushes):
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
                              request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._train_finished(step, remaining))
+        return await self._once("train_finished", request_id, {"step": step, "remaining": remaining},
+                                lambda: self._train_finished(step, remaining))
 
     async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
         async with self._lock:
@@ -329,6 +358,7 @@ class Orchestrator(WeightPushes):
             self.borrowing = borrow
             self._persist()
             if borrow:
+                await self._cancel_growth(by="train_finished")  # one growth at a time
                 p = await self._begin("train_finished", borrow=True)
                 self._start_growth(p, "intra_scale")
         return {"step": step, "borrowing": borrow, "reason": reason}
@@ -341,7 +371,7 @@ class Orchestrator(WeightPushes):
         return ok, reason
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._gpus_join(gpus))
+        return await self._once("gpus_join", request_id, {"gpus": list(gpus)}, lambda: self._gpus_join(gpus))
 
     async def _gpus_join(self, gpus: tuple[str, ...]) -> dict[str, Any]:
         """Answers once the growth that carries these GPUs (this join's, or the one of a
@@ -358,7 +388,8 @@ class Orchestrator(WeightPushes):
 
     async def gpus_leave(self, *, gpus: tuple[str, ...], deadline_s: float,
                          request_id: str | None = None) -> dict[str, Any]:
-        return await self._once(request_id, lambda: self._gpus_leave(gpus, deadline_s))
+        return await self._once("gpus_leave", request_id, {"gpus": list(gpus), "deadline_s": deadline_s},
+                                lambda: self._gpus_leave(gpus, deadline_s))
 
     async def _gpus_leave(self, gpus: tuple[str, ...], deadline_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -389,6 +420,9 @@ class Orchestrator(WeightPushes):
                 **({"reason": reason} if reason else {})}
 
     async def shutdown(self) -> None:
+        if self._replan is not None:
+            self._replan.cancel()
+            await asyncio.gather(self._replan, return_exceptions=True)
         await self._cancel_growth(by="shutdown")
         await self.groups.close()
 

@@ -1,16 +1,22 @@
 """The control plane's crash-safe record: written atomically before and after every act.
 
 One JSON document (``state.json`` in ``--state-dir``) holds the table, the latest weight
-snapshot, the training/borrowing flags, where each launched worker lives (endpoint, PID)
-and the *intent*: the plan being executed, written before any worker is touched and
+snapshot and the numbered log of adopted pushes (the staleness bound counts from it), the
+training/borrowing flags, where each launched worker lives (endpoint, PID) and the *intent*: the plan being executed, written before any worker is touched and
 cleared when it is done. A router killed at any moment finds on restart what it was
 doing and what it had launched; ``reconcile`` then checks that against the workers
 themselves instead of trusting the record. The write is a temp file, ``fsync``, atomic
 ``rename`` and a directory ``fsync``: a crash leaves the old document or the new one,
 never a torn one.
+
+A state directory belongs to one router at a time: ``StateFile`` holds an exclusive
+``flock`` on ``DIR/lock`` for as long as it is open (the kernel drops it when the process
+dies, so a crashed router never blocks its restart). A second router on the same
+directory would adopt, stop and delete the first one's workers and record; it is refused.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,11 +35,12 @@ class ControlRecord:
     last_step: dict[str, int | None] = field(default_factory=lambda: {"begin": None, "finished": None})
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     intent: dict[str, Any] | None = None
+    pushes: dict[str, Any] | None = None  # the adopted-push log (``PushLog.to_dict``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "table": self.table, "snapshot": self.snapshot, "training": self.training,
                 "borrowing": self.borrowing, "last_step": self.last_step, "workers": self.workers,
-                "intent": self.intent}
+                "intent": self.intent, "pushes": self.pushes}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ControlRecord":
@@ -41,7 +48,11 @@ class ControlRecord:
             raise ValueError(f"unknown control record format {data.get('format')!r}")
         return cls(table=data["table"], snapshot=data["snapshot"], training=bool(data["training"]),
                    borrowing=bool(data["borrowing"]), last_step=dict(data["last_step"]),
-                   workers=dict(data["workers"]), intent=data.get("intent"))
+                   workers=dict(data["workers"]), intent=data.get("intent"), pushes=data.get("pushes"))
+
+
+class StateDirInUse(RuntimeError):
+    """Another live process holds the state directory's lock."""
 
 
 class StateFile:
@@ -49,6 +60,13 @@ class StateFile:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "state.json"
+        self._lock_fd: int | None = _lock(self.dir / "lock")
+
+    def close(self) -> None:
+        """Give up the directory (an orderly stop); the record stays as it is."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def save(self, record: ControlRecord) -> None:
         tmp = self.path.with_suffix(".tmp")
@@ -68,3 +86,17 @@ class StateFile:
         if not self.path.exists():
             return None
         return ControlRecord.from_dict(json.loads(self.path.read_text()))
+
+
+def _lock(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StateDirInUse(f"state dir {path.parent} is in use by another router (pid {holder}); "
+                            "stop it first, or give this router its own --state-dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

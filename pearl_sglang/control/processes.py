@@ -28,22 +28,41 @@ class ServerStartError(RuntimeError):
 
 
 # Listening ports come from below Linux's ephemeral range (32768-60999 by default), so an
-# outgoing connection cannot take a port between the choice and the server's bind.
-_LISTEN_PORTS = range(20000, 32000)
+# outgoing connection cannot take a port between the choice and the server's bind, and
+# outside the ranges other software on the host picks ports from the same way: SGLang
+# binds its NCCL/TCPStore port later, in a child, from 22000-29999
+# (``get_free_port_below_ephemeral``), and Ray's workers use 10002-19999. A port chosen
+# there could be taken by a worker's own child a moment after it was found free.
+_AVOIDED = (range(10000, 20000), range(22000, 30000))
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def listen_ports() -> list[int]:
+    """The ports PEARL hands to the servers it starts."""
+    top = max(_ephemeral_low(), 30100)
+    return [p for p in range(20000, top) if not any(p in r for r in _AVOIDED)]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, chosen at random outside the ephemeral range."""
+    """A port nothing listens on now, chosen at random from ``listen_ports``."""
     rng = random.SystemRandom()
+    ports = listen_ports()
     for _ in range(200):
-        port = rng.choice(_LISTEN_PORTS)
+        port = rng.choice(ports)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
             return port
-    raise OSError(f"no free port in {_LISTEN_PORTS.start}-{_LISTEN_PORTS.stop - 1} on {host}")
+    raise OSError(f"no free port in 20000-21999 or 30000-{ports[-1]} on {host}")
 
 
 class PortPool:

@@ -4,17 +4,27 @@ adopted, with workers beyond the staleness bound replaced.
 A mixin of ``Orchestrator`` (it uses its store, executor, lock, push log and re-planning);
 kept apart so the event handling and the weight lifecycle read separately. The
 distributed group mechanics live in ``weight_group``.
+
+Pushes run one at a time (``_pushing``), and the snapshot that joining and re-activated
+workers sync to is always the latest push some worker loaded: a racing bad push can
+neither replace it nor roll it back. Admission takes the same lock, so a worker that
+synced before a push was adopted loads it before it serves.
 """
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs
-from pearl_sglang.control.weights import WeightSnapshot, from_disk, push_to_workers
-from pearl_sglang.core.events import WeightsUpdated, WorkerFailed
+from pearl_sglang.control.weights import WeightSnapshot, from_disk, push_to_workers, sync_worker
+from pearl_sglang.core.events import Event, WeightsUpdated, WorkerFailed, WorkerReady
 
 if TYPE_CHECKING:
     from pearl_sglang.control.orchestrator import Orchestrator
+
+
+class NoActiveWorker(RuntimeError):
+    """A push arrived while no worker serves: nothing could load it to prove it loads."""
 
 
 class WeightPushes:
@@ -22,37 +32,56 @@ class WeightPushes:
                              tensors: TensorSpecs | None = None, request_id: str | None = None) -> dict[str, Any]:
         """Push ``snapshot`` from disk, or, with ``tensors``, receive it over the
         distributed group ``snapshot.group`` while the trainer broadcasts."""
-        return await self._once(request_id, lambda: self._update_weights(snapshot, tensors))
+        params = {"snapshot": asdict(snapshot), "tensors": asdict(tensors) if tensors is not None else None}
+        return await self._once("update_weights", request_id, params, lambda: self._update_weights(snapshot, tensors))
 
     async def _update_weights(self: "Orchestrator", snapshot: WeightSnapshot,
                               tensors: TensorSpecs | None) -> dict[str, Any]:
+        async with self._pushing:  # one push at a time, in arrival order
+            answer = await self._push(snapshot, tensors)
+        await self._repair_stale()
+        return answer
+
+    async def _push(self: "Orchestrator", snapshot: WeightSnapshot, tensors: TensorSpecs | None) -> dict[str, Any]:
+        """Push to every active worker; the snapshot joiners sync to becomes ``snapshot``
+        only once some worker has loaded it (a push nobody could load changes nothing)."""
         if tensors is not None:
             tensors.validate()
             await self.groups.ready(snapshot.group or "")
         workers = self.store.table.active()
+        if not workers:
+            raise NoActiveWorker(f"no active worker to load {snapshot.version}, so it cannot be checked; the "
+                                 f"workers keep {self.snapshot.version} (push again once workers serve, see "
+                                 "/pearl/state)")
         push = (from_disk(self.executor.ops, snapshot) if tensors is None
                 else self.groups.pusher(snapshot.group or "", tensors, snapshot.version, workers))
-        previous, self.snapshot = self.snapshot, snapshot  # joiners and re-activations sync to it
-        self._persist()
         with self.executor.router.breakers.planned_pause(w.slot for w in workers):
             results = await push_to_workers([w.endpoint for w in workers], push)
         answer = {str(w.slot): r for w, r in zip(workers, results)}
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
-        adopted = not workers or bool(ok)
-        if adopted:
+        if ok:
             async with self.store.lock:  # the table and the push log change together
                 # A worker may have left while it loaded (a preemption): record only those still here.
                 here = tuple(s for s in ok if self.store.table.has(s))
                 if here:
                     self.store.apply_locked([WeightsUpdated(here, snapshot.version)])
                 self.pushes = self.pushes.adopt(snapshot.version)
-        else:
-            # Nobody could load it: the snapshot is unusable, the fleet keeps its weights.
-            self.snapshot = previous
+                self.snapshot = snapshot  # joiners and re-activations sync to it from now on
             self._persist()
-        await self._repair_stale()
-        return {"version": snapshot.version, "latest": self.snapshot.version, "applied": adopted,
+        return {"version": snapshot.version, "latest": self.snapshot.version, "applied": bool(ok),
                 "workers": answer, "push": self.pushes.number}
+
+    async def _catch_up(self: "Orchestrator", events: list[Event]) -> list[Event]:
+        """Workers about to be admitted that synced before the latest push was adopted
+        load it now; the caller holds ``_pushing`` so no push can slip in between."""
+        latest = self.snapshot
+        caught_up = []
+        for e in events:
+            if isinstance(e, WorkerReady) and e.weight_version != latest.version:
+                await sync_worker(self.executor.ops, e.endpoint, latest, reload=False)
+                e = replace(e, weight_version=latest.version)
+            caught_up.append(e)
+        return caught_up
 
     async def _repair_stale(self: "Orchestrator") -> None:
         """A worker beyond the staleness bound (by default: any that missed the last
@@ -67,6 +96,7 @@ class WeightPushes:
             await self.store.apply([WorkerFailed(s) for s in stale])
             for s in stale:
                 await self.executor.kill(s)
+            await self._cancel_growth(by="weights_repair")  # one growth at a time
             p = await self._begin("weights_repair", borrow=self.borrowing)
             self._start_growth(p, "weights_repair")
 
@@ -79,4 +109,5 @@ class WeightPushes:
                 return await self.groups.destroy(destroy or "")
             async with self._lock:
                 return self.groups.init(spec, self.store.table.active(), self.config.engine.tp_size)
-        return await self._once(request_id, act)
+        params = {"spec": asdict(spec) if spec is not None else None, "destroy": destroy}
+        return await self._once("weight_group", request_id, params, act)

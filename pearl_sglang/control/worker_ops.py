@@ -65,6 +65,14 @@ class WorkerOps:
     async def release_memory(self, url: str) -> None:
         await self._call(url, "POST", "/release_memory_occupation", {"tags": None})
 
+    async def frees_memory_on_release(self, url: str) -> bool | None:
+        """Whether ``/release_memory_occupation`` really frees GPU memory on this worker:
+        SGLang reports ``enable_memory_saver`` in ``/server_info`` (without it a release
+        answers success and frees nothing). None when the engine does not say."""
+        info = await self._call(url, "GET", "/server_info")
+        value = info.get("enable_memory_saver") if isinstance(info, dict) else None
+        return value if isinstance(value, bool) else None
+
     async def resume_memory(self, url: str) -> None:
         await self._call(url, "POST", "/resume_memory_occupation", {"tags": None})
 

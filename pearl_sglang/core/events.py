@@ -75,6 +75,15 @@ class RoleSwitched:
 
 
 @dataclass(frozen=True)
+class SwitchAbandoned:
+    """A switch given up with its failed group: the worker serves again in its old role."""
+
+    slot: int
+    endpoint: str | None = None
+    bootstrap_port: int | None = None
+
+
+@dataclass(frozen=True)
 class WorkerLeft:
     slot: int
 
@@ -119,13 +128,14 @@ class WeightsUpdated:
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
+              SwitchAbandoned, WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
               WorkerUnregistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
 # lone admitted prefill worker is a caller error and fails the invariant check instead.
-_SHRINKING = (GpusLeave, TrainBegin, WorkerFailed, BeginPlan, WorkerUnregistering, WorkerUnregistered)
+_SHRINKING = (GpusLeave, TrainBegin, WorkerFailed, BeginPlan, SwitchAbandoned, WorkerUnregistering,
+              WorkerUnregistered)
 
 
 def apply(table: StateTable, event: Event) -> StateTable:
@@ -163,6 +173,10 @@ def _step(t: StateTable, e: Event) -> StateTable:
         w = _expect(t, e.slot, Activity.SWITCHING)
         return t.put(replace(w, role=w.pending_role, pending_role=None, activity=Activity.ACTIVE,
                              endpoint=e.endpoint or w.endpoint,
+                             bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port))
+    if isinstance(e, SwitchAbandoned):
+        w = _expect(t, e.slot, Activity.SWITCHING)
+        return t.put(replace(w, pending_role=None, activity=Activity.ACTIVE, endpoint=e.endpoint or w.endpoint,
                              bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port))
     if isinstance(e, WorkerLeft):
         w = _expect(t, e.slot, Activity.LEAVING)

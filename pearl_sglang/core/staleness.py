@@ -32,6 +32,19 @@ class PushLog:
             raise ValueError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
         return cls(pushes=(frozenset((version, *also)),), number=0, max_staleness=max_staleness)
 
+    def to_dict(self) -> dict:
+        return {"number": self.number, "pushes": [sorted(push) for push in self.pushes]}
+
+    @classmethod
+    def from_dict(cls, data: dict, *, max_staleness: int = 0, also: tuple[str, ...] = ()) -> "PushLog":
+        """The log as recorded; versions in ``also`` (what the surviving workers report)
+        that it does not know count as the newest push: the record may predate a push
+        that reached them."""
+        pushes = tuple(frozenset(p) for p in data["pushes"]) or (frozenset(),)
+        newest = pushes[-1] | frozenset(v for v in also if not any(v in p for p in pushes))
+        return cls(pushes=(pushes[:-1] + (newest,))[-(max_staleness + 1):], number=int(data["number"]),
+                   max_staleness=max_staleness)
+
     @property
     def versions(self) -> tuple[str, ...]:
         """Every servable version, oldest push first."""

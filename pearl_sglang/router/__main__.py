@@ -30,6 +30,7 @@ from aiohttp import web
 
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.cluster_config import ClusterConfig, apply_policy
+from pearl_sglang.control.persistence import StateDirInUse, StateFile
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.router.app import build_app
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         config = RouterConfig.from_cli_args(args)
         config.validate()
         a = config.attached
-        cluster = None
+        cluster, state_file = None, None
         if args.config:
             if a.regular or a.prefill:
                 raise ValueError("give either --config or attached workers, not both")
@@ -65,15 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                 config = dataclasses.replace(config, timeouts=dataclasses.replace(config.timeouts, chunk_s=bound))
             table = StateTable.create(tp_size=cluster.engine.tp_size, dedicated_gpus=cluster.zones.dedicated,
                                       overlap_gpus=cluster.zones.overlap)
+            if cluster.state_dir:
+                state_file = StateFile(cluster.state_dir)  # held until the process ends
         else:
             # Attach mode; with no workers given, engines register through the worker API
             # (POST /workers), as RL frameworks do with sglang-router.
             table = attached_table(regular=a.regular, prefill=a.prefill, decode=a.decode, tp_size=config.tp_size)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, StateDirInUse) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     raise_descriptor_limit()
-    app = build_app(config, StateStore(table), cluster)
+    app = build_app(config, StateStore(table), cluster, state_file=state_file)
     asyncio.run(_serve(app, config.host, config.port))
     return 0
 

@@ -138,7 +138,8 @@ def _on_stall(st: RouterState):
     return on_stall
 
 
-def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory):
+def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory,
+                 given_state_file: StateFile | None):
     """Build the control plane once the application's session exists; bootstrap the
     cluster in the background (the router serves while workers start)."""
 
@@ -151,7 +152,7 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
                                 snapshot=lambda: st.control.snapshot,
                                 launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
-        state_file = StateFile(cluster.state_dir) if cluster.state_dir else None
+        state_file = given_state_file or (StateFile(cluster.state_dir) if cluster.state_dir else None)
         st.control = Orchestrator(config=cluster, executor=executor, state_file=state_file,
                                   on_decision=lambda d: st.metrics.decisions
                                   .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
@@ -165,6 +166,8 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
             await stop_all()
             if state_file is not None:
                 state_file.path.unlink(missing_ok=True)  # an orderly stop leaves nothing to recover
+        if state_file is not None:
+            state_file.close()
 
     return ctx
 
@@ -225,7 +228,11 @@ class _ProfileRates:
 
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
               launcher_factory: LauncherFactory = local_launcher,
-              transport_factory: TransportFactory = HttpTransport) -> web.Application:
+              transport_factory: TransportFactory = HttpTransport,
+              state_file: StateFile | None = None) -> web.Application:
+    """``state_file``: the crash-safe record, already locked by the caller (the CLI takes the
+    lock before serving so that a second router on the same directory fails at once);
+    without it, one is opened from ``cluster.state_dir``."""
     config.validate()
     routing = config.routing_policy or (cluster.routing_policy if cluster is not None else None) or "cost"
     utilization = Utilization(clock=lambda: asyncio.get_running_loop().time())

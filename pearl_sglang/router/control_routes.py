@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp import web
 
 from pearl_sglang.control.cluster_config import fixed_ratio
+from pearl_sglang.control.idempotency import RequestIdReused
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
+from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.errors import CoreError
-from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, UpstreamFailed
+from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
+                                       UpstreamFailed)
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 
@@ -86,6 +90,10 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         return web.json_response(await asyncio.wait_for(coro, deadline_s))
     except OutOfOrder as e:
         raise Conflict(str(e), kind="out_of_order") from e
+    except RequestIdReused as e:
+        raise Conflict(str(e), kind="request_id_reused") from e
+    except NoActiveWorker as e:
+        raise ServiceUnavailable(str(e), kind="no_active_worker") from e
     except CoreError as e:
         raise Conflict(str(e), kind="invalid_transition") from e
     except InvalidGroupRequest as e:
@@ -99,6 +107,14 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         raise UpstreamFailed(str(e), kind="weight_group_init_failed") from e
     except asyncio.TimeoutError as e:
         raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+    except asyncio.CancelledError as e:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise  # this request itself was cancelled: the client left or the router stops
+        # A concurrent admin call cancelled the work this call was waiting for.
+        raise Conflict("pre-empted by a concurrent admin call (train_begin or a GPU leave cancels "
+                       "optional changes in flight); see /pearl/state and call again if still needed",
+                       kind="preempted") from e
 
 
 async def train_begin(request: web.Request) -> web.Response:
@@ -203,7 +219,13 @@ async def pd_mode(request: web.Request) -> web.Response:
     if mode not in ("auto", "colocated", "disaggregated") and not (isinstance(mode, str) and fixed_ratio(mode)):
         raise BadRequest("'pd_mode' must be 'auto', 'colocated', 'disaggregated' or a fixed ratio 'P:D' "
                          "(positive integers, e.g. '3:5')")
-    return await _run(orch.set_pd_mode(mode))
+    answer = await _run(orch.set_pd_mode(mode))
+    reason = json.loads(answer.text).get("reason")
+    if reason:
+        topology = orch.store.table.active_topology().label()
+        raise ServiceUnavailable(f"pd_mode={mode} is set but its topology was not reached ({reason}); the "
+                                 f"cluster serves {topology} and re-plans with back-off", kind="target_not_reached")
+    return answer
 
 
 def add_control_routes(app: web.Application) -> None:

@@ -162,3 +162,53 @@ def test_restart_takes_weight_versions_from_the_workers(tmp_path, tiny_model_dir
     finally:
         router.stop()
     assert not leftovers(tiny_model_dir)
+
+
+def test_a_second_router_on_the_same_state_dir_refuses_to_start(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir, cold_start_s=0)
+    router = start_router(tmp_path, config, "router-1")
+    try:
+        settled(router)
+        before = worker_pids(tmp_path)
+        second = subprocess.run([sys.executable, "-m", "pearl_sglang.router", "--policy", "pearl", "--config",
+                                 str(config), "--port", str(free_port())], capture_output=True, text=True,
+                                timeout=60, env={**__import__("os").environ, "PEARL_ADMIN_TOKEN": TOKEN})
+        assert second.returncode == 2, second.stderr
+        assert "in use by another router" in second.stderr and str(router.pid) in second.stderr, second.stderr
+        assert worker_pids(tmp_path) == before and all(group_alive(p) for p in before.values())
+        assert generate(router)["meta_info"]["completion_tokens"] == 8
+    finally:
+        router.stop()
+    assert not leftovers(tiny_model_dir)
+
+
+def test_the_state_dir_lock_is_exclusive_and_freed_on_close(tmp_path):
+    from pearl_sglang.control.persistence import StateDirInUse, StateFile
+
+    first = StateFile(tmp_path / "state")
+    with pytest.raises(StateDirInUse, match="in use by another router"):
+        StateFile(tmp_path / "state")
+    first.close()
+    StateFile(tmp_path / "state").close()
+
+
+def test_the_push_count_survives_a_restart(tmp_path, tiny_model_dir):
+    config = write_config(tmp_path, tiny_model_dir, cold_start_s=0)
+    router = start_router(tmp_path, config, "router-1")
+    try:
+        settled(router)
+        for version in ("v1", "v2"):
+            r = httpx.post(router.url + "/update_weights", headers=AUTH, timeout=60,
+                           json={"version": version, "model_path": str(tiny_model_dir)})
+            assert r.status_code == 200 and r.json()["push"] == int(version[1:]), r.text
+        router.kill()
+        router = start_router(tmp_path, config, "router-2")
+        settled(router)
+        pushes = state(router)["control"]["pushes"]
+        assert pushes["number"] == 2 and pushes["servable_versions"] == ["v2"], pushes
+        r = httpx.post(router.url + "/update_weights", headers=AUTH, timeout=60,
+                       json={"version": "v3", "model_path": str(tiny_model_dir)})
+        assert r.json()["push"] == 3
+    finally:
+        router.stop()
+    assert not leftovers(tiny_model_dir)

@@ -1,0 +1,49 @@
+"""Borrowed training GPUs are free when PEARL says so: an overlap zone needs the memory
+saver (refused at config load without it), and a worker that reports no memory saver is
+stopped on return instead of being trusted to have released its memory."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pearl_sglang.control.cluster_config import ConfigError
+from pearl_sglang.core.state import Activity, Zone
+from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from tests.control.conftest import cluster_config, running_cluster
+
+
+def test_an_overlap_zone_without_the_memory_saver_is_refused_at_load(tiny_model_dir):
+    with pytest.raises(ConfigError, match="zones.overlap needs engine.memory_saver: true"):
+        _config_without_saver(tiny_model_dir, overlap=2)
+    assert not _config_without_saver(tiny_model_dir, overlap=0).engine.memory_saver
+
+
+def _config_without_saver(model_dir, *, overlap):
+    from pearl_sglang.control.cluster_config import ClusterConfig
+    from tests.control.conftest import PROFILE
+    return ClusterConfig.from_mapping({
+        "engine": {"kind": "emulator", "model_path": str(model_dir), "memory_saver": False,
+                   "emulator": {"profile": "tiny", "time_scale": 20}},
+        "zones": {"dedicated": ["d0:0"], "overlap": [f"t0:{i}" for i in range(overlap)]},
+        "profile": PROFILE})
+
+
+def without_saver(cluster, session):
+    """Workers that run without the memory saver although the config asks for it (an
+    engine flag overridden elsewhere, a different build)."""
+    return InProcessEmulatorLauncher(replace(cluster.engine, memory_saver=False))
+
+
+async def test_a_worker_without_the_memory_saver_is_stopped_on_return(tiny_model_dir):
+    async with running_cluster(cluster_config(tiny_model_dir), launcher_factory=without_saver) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})
+        await c.settle()
+        borrowed = [w.slot for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]
+        assert len(borrowed) == 2 and all(c.table.worker(s).activity is Activity.ACTIVE for s in borrowed)
+        await c.admin("/train_begin", {"step": 1})
+        assert c.table.training_owns_overlap
+        assert not any(c.launcher.alive(s) for s in borrowed), "a worker that freed nothing still runs"
+        assert not [w for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP and w.is_member]
+        assert (await c.generate([1, 2, 3], 4))["meta_info"]["completion_tokens"] == 4
