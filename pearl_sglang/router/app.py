@@ -279,7 +279,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
 
     app.cleanup_ctx.append(session_ctx)
     if cluster is not None:
-        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory))
+        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory, state_file))
     app.cleanup_ctx.append(worker_api.worker_api_ctx(_registrar))
     add_control_routes(app)
     engine_control_routes.add_engine_control_routes(app)
