@@ -34,7 +34,7 @@ from pearl_sglang.core.events import (
     Event, RoleSwitched, SwitchAbandoned, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
-from pearl_sglang.core.state import Activity, Role, Zone
+from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.router.drain import migrate_off, wait_drained
 from pearl_sglang.router.state import RouterState
@@ -82,6 +82,11 @@ class PlanExecutor:
             log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
         return drained
 
+    def _launched(self, w: WorkerRecord) -> bool:
+        """Whether PEARL's launcher owns this worker's process (registered engines are the
+        framework's: never relaunched, stopped or judged by the launcher's liveness)."""
+        return self.launcher is not None and not is_registered(w)
+
     async def kill(self, slot: int) -> None:
         table = self.store.table
         if self.launcher is not None and not (table.has(slot) and is_registered(table.worker(slot))):
@@ -118,7 +123,7 @@ class PlanExecutor:
     async def _become(self, slot: int, url: str, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         """Give the process in ``slot`` the role ``role``: in place for P <-> D, else relaunch."""
         w = self.store.table.worker(slot)
-        if self.launcher is not None and not self.launcher.alive(slot):
+        if self._launched(w) and not self.launcher.alive(slot):
             # Its process is gone (a relaunch cancelled half-way by a mandatory event): start
             # it in the new role instead of asking a dead endpoint what it is.
             return await self._relaunch(slot, role, gpus)
@@ -251,10 +256,9 @@ class PlanExecutor:
         its relaunch has no process any more; left SWITCHING, a re-plan that keeps its old
         role would mark it ACTIVE at a dead endpoint. It is dropped instead, and the next
         plan starts a worker on its GPUs."""
-        if self.launcher is None:
-            return
         dead = [w.slot for w in self.store.table.rollout_workers()
-                if w.activity is Activity.SWITCHING and not w.held and not self.launcher.alive(w.slot)]
+                if w.activity is Activity.SWITCHING and not w.held and self._launched(w)
+                and not self.launcher.alive(w.slot)]
         if dead:
             log.warning("slots %s lost their process in a cancelled switch; dropping them", dead)
             await self.store.apply([WorkerFailed(s) for s in dead])
