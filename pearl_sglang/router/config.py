@@ -74,6 +74,9 @@ class RouterConfig:
     # Read workers' own running + waiting requests this often for placement (0: never;
     # the router's own counts only).
     load_poll_interval_s: float = 2.0
+    # Share of the step's running trajectories that /pearl/state names as predicted
+    # stragglers (those expected to finish last).
+    straggler_share: float = 0.1
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -82,6 +85,8 @@ class RouterConfig:
             raise ValueError(f"--routing-policy must be one of {POLICY_NAMES}, got {self.routing_policy!r}")
         if not self.load_poll_interval_s >= 0:
             raise ValueError("--load-poll-interval-s must be >= 0")
+        if not 0 < self.straggler_share <= 1:
+            raise ValueError("--straggler-share must be in (0, 1]")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -129,6 +134,9 @@ class RouterConfig:
         parser.add_argument("--load-poll-interval-s", type=float, default=2.0,
                             help="read each worker's own running + waiting requests this often for "
                                  "placement (0: only the router's own counts)")
+        parser.add_argument("--straggler-share", type=float, default=0.1,
+                            help="share of running trajectories /pearl/state names as predicted "
+                                 "stragglers (expected to finish last)")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -153,4 +161,5 @@ class RouterConfig:
             registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
                                             poll_interval_s=min(1.0, args.health_interval_s)),
             routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
+            straggler_share=args.straggler_share,
         )

@@ -1,0 +1,55 @@
+"""/pearl/state names the step's predicted stragglers, through the router over emulated workers."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from pearl_sglang.router.config import RouterConfig, Security
+from pearl_sglang.router.state import ROUTER
+from tests.router.conftest import ADMIN_TOKEN, running_router
+from tests.support.emulated import emulators
+
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def _trajectory(c, url, tid, prompt, turns, env_s):
+    ctx = list(prompt)
+    for turn in range(turns):
+        r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid, "X-Pearl-Turn": str(turn)},
+                         json={"input_ids": ctx, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}})
+        assert r.status_code == 200, r.text
+        ctx = ctx + r.json()["output_ids"] + [5] * 20
+        await asyncio.sleep(env_s)
+
+
+async def test_state_lists_the_trajectories_expected_to_finish_last():
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.25)
+    async with emulators(2, "--time-scale", "20") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                # A finished step: every trajectory took four turns.
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(4)))
+                app[ROUTER].telemetry.drain()
+                before = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+                # The next step: three trajectories are three turns in, one only one.
+                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01)
+                                       for i in range(3)),
+                                     _trajectory(c, url, "behind", [50] * 64, 1, 0.01))
+                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    assert before == {"running": 0, "share": 0.25, "history_trajectories": 4, "stragglers": []}
+    assert state["running"] == 4 and state["history_trajectories"] == 4
+    [top] = state["stragglers"]
+    assert top["trajectory"] == "behind" and top["turns_done"] == 1
+    assert top["remaining_turns"] == 3 and top["remaining_tokens"] == 48
+    assert top["remaining_s"] > 0
+
+
+def test_straggler_share_is_validated():
+    import pytest
+
+    with pytest.raises(ValueError, match="straggler-share"):
+        RouterConfig(straggler_share=0).validate()
