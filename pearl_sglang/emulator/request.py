@@ -64,6 +64,7 @@ class GenerateRequest:
     sampling: SamplingParams = SamplingParams()
     bootstrap: Optional[Bootstrap] = None
     return_logprob: bool = False
+    priority: Optional[int] = None
 
 
 @dataclass(frozen=True)
