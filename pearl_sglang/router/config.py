@@ -77,6 +77,11 @@ class RouterConfig:
     # Share of the step's running trajectories that /pearl/state names as predicted
     # stragglers (those expected to finish last).
     straggler_share: float = 0.1
+    # Send each turn of a header-named trajectory with SGLang's ``priority``: 1 for predicted
+    # stragglers, 0 otherwise (workers launched with --enable-priority-scheduling serve them
+    # first; a difference under SGLang's preemption threshold only reorders the queue).
+    # Off by default: not yet measured on the replays.
+    straggler_priority: bool = False
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -137,6 +142,9 @@ class RouterConfig:
         parser.add_argument("--straggler-share", type=float, default=0.1,
                             help="share of running trajectories /pearl/state names as predicted "
                                  "stragglers (expected to finish last)")
+        parser.add_argument("--straggler-priority", action="store_true",
+                            help="send predicted stragglers' turns with priority 1 (others 0) to "
+                                 "workers launched with --enable-priority-scheduling")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -161,5 +169,5 @@ class RouterConfig:
             registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
                                             poll_interval_s=min(1.0, args.health_interval_s)),
             routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
-            straggler_share=args.straggler_share,
+            straggler_share=args.straggler_share, straggler_priority=args.straggler_priority,
         )

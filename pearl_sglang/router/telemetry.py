@@ -69,6 +69,9 @@ class TelemetryCollector:
         # This step's trajectories (since the last drain) and the last drained step.
         self._running: OrderedDict[str, _Running] = OrderedDict()
         self.history = WorkloadHistory()
+        self._straggler_cache: tuple[float, float, frozenset[str]] | None = None  # (at, share, ids)
+        self._turns_seen = 0
+        self._cache_turns = -1
         self.max_trajectories = max_trajectories
 
     def _resolve(self, obs: TurnObservation) -> tuple[str, _Last | None]:
@@ -107,6 +110,7 @@ class TelemetryCollector:
         run = self._running.setdefault(tid, _Running(started_at=obs.arrived_at))
         run.started_at = min(run.started_at, obs.arrived_at)
         run.turns += 1
+        self._turns_seen += 1
         run.tokens += obs.generated_tokens
         self._running.move_to_end(tid)
         while len(self._running) > self.max_trajectories:
@@ -132,12 +136,27 @@ class TelemetryCollector:
     def stragglers(self, now: float, *, share: float) -> tuple[RemainingEstimate, ...]:
         return predicted_stragglers(self.progress(now), self.history, share=share)
 
+    def is_straggler(self, trajectory: str, now: float, *, share: float, max_age_s: float = 1.0,
+                     min_age_s: float = 0.05) -> bool:
+        """Whether ``trajectory`` is among the predicted stragglers. The ranking is redone
+        when turns ended since it was made (at most every ``min_age_s``) or when it is
+        ``max_age_s`` old, so a step of many trajectories does not sort them per request."""
+        cached = self._straggler_cache
+        changed = self._turns_seen != self._cache_turns
+        if (cached is None or cached[1] != share or now - cached[0] > max_age_s
+                or (changed and now - cached[0] > min_age_s)):
+            ids = frozenset(e.trajectory_id for e in self.stragglers(now, share=share))
+            cached = self._straggler_cache = (now, share, ids)
+            self._cache_turns = self._turns_seen
+        return trajectory in cached[2]
+
     def drain(self) -> StepTelemetry:
         step = StepTelemetry(turns=tuple(self._turns), decode=tuple(self._decode),
                              prefill=tuple(self._prefill))
         if step.turns:
             self.history = WorkloadHistory.from_step(step)
         self._running.clear()
+        self._straggler_cache = None
         self._turns.clear()
         self._decode.clear()
         self._prefill.clear()

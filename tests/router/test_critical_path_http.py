@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.state import ROUTER
@@ -53,3 +54,52 @@ def test_straggler_share_is_validated():
 
     with pytest.raises(ValueError, match="straggler-share"):
         RouterConfig(straggler_share=0).validate()
+
+
+async def _wait_waiting(c, worker_url, n, what="num_waiting_reqs"):
+    for _ in range(1200):
+        loads = (await c.get(worker_url + "/v1/loads")).json()["loads"]
+        if sum(e[what] for e in loads) >= n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{n} requests never waited")
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_a_stragglers_turn_jumps_the_workers_queue(on):
+    """One worker, one running request at a time, priority scheduling on: with
+    --straggler-priority the predicted straggler's turn, queued after another's, runs first."""
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.3, straggler_priority=on)
+    async with emulators(1, "--time-scale", "20", "--enable-priority-scheduling",
+                         "--max-running-requests", "1") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(3)))
+                app[ROUTER].telemetry.drain()
+                await asyncio.gather(_trajectory(c, url, "a", [40] * 64, 3, 0.01),
+                                     _trajectory(c, url, "b", [41] * 64, 3, 0.01),
+                                     _trajectory(c, url, "late", [42] * 64, 1, 0.01))
+                blocker = asyncio.create_task(c.post(url + "/generate", json={
+                    "input_ids": [9] * 32, "rid": "blocker",
+                    "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}))
+                finished: list[str] = []
+
+                async def turn(tid, n):
+                    r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid,
+                                                                 "X-Pearl-Turn": str(n)},
+                                     json={"input_ids": [50 + n] * 64,
+                                           "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+                    assert r.status_code == 200, r.text
+                    finished.append(tid)
+
+                await _wait_waiting(c, workers[0][0], 1, what="num_running_reqs")
+                first = asyncio.create_task(turn("a", 3))
+                await _wait_waiting(c, workers[0][0], 1)
+                second = asyncio.create_task(turn("late", 1))
+                await _wait_waiting(c, workers[0][0], 2)
+                await c.post(url + "/abort_request", json={"rid": "blocker"})
+                await asyncio.gather(first, second)
+                assert (await blocker).json()["meta_info"]["finish_reason"]["type"] == "abort"
+    assert finished == (["late", "a"] if on else ["a", "late"])
