@@ -49,9 +49,15 @@ async def test_state_lists_the_trajectories_expected_to_finish_last():
     assert top["remaining_s"] > 0
 
 
-def test_straggler_share_is_validated():
-    import pytest
+def test_straggler_flags_build_the_config_and_are_validated():
+    import argparse
 
+    parser = argparse.ArgumentParser()
+    RouterConfig.add_cli_args(parser)
+    default = RouterConfig.from_cli_args(parser.parse_args([]))
+    assert (default.straggler_share, default.straggler_priority) == (0.1, False)
+    on = RouterConfig.from_cli_args(parser.parse_args(["--straggler-share", "0.2", "--straggler-priority"]))
+    assert (on.straggler_share, on.straggler_priority) == (0.2, True)
     with pytest.raises(ValueError, match="straggler-share"):
         RouterConfig(straggler_share=0).validate()
 
