@@ -63,6 +63,8 @@ class EmulatorArgs:
     health_timeout: float = 20.0
     cold_start: Optional[float] = None
     engine_stepping: str = "auto"
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
 
     def validate(self) -> None:
         if self.disaggregation_mode not in ("null", "prefill", "decode"):
@@ -98,6 +100,9 @@ class EmulatorArgs:
         a("--disable-radix-cache", action="store_true")
         a("--enable-mixed-chunk", action="store_true")
         a("--stream-interval", type=int, default=d.stream_interval)
+        a("--enable-priority-scheduling", action="store_true",
+          help="order the waiting queue by the request's priority (higher values first), then arrival")
+        a("--schedule-low-priority-values-first", action="store_true")
         a("--load-format", default=d.load_format)
         g = parser.add_argument_group("emulator")
         g.add_argument("--profile", default=d.profile,
@@ -140,7 +145,10 @@ class EmulatorArgs:
         return EngineConfig(
             role=self.role, model_path=self.model_path, weight_version=self.weight_version,
             max_total_tokens=self.max_total_tokens, chunked_prefill_size=self.chunked_prefill_size,
-            max_running_requests=self.max_running_requests, prefix_cache=not self.disable_radix_cache,
+            max_running_requests=self.max_running_requests,
+            priority_sign=((1 if self.schedule_low_priority_values_first else -1)
+                           if self.enable_priority_scheduling else None),
+            prefix_cache=not self.disable_radix_cache,
             mixed_chunk=self.enable_mixed_chunk, memory_saver=self.enable_memory_saver,
             weights_cpu_backup=self.enable_weights_cpu_backup,
             pd_role_switch=self.enable_pd_role_switch,

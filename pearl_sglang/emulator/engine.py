@@ -60,6 +60,9 @@ class EngineConfig:
     # Runs of decode iterations in which nothing can change are one event (``stretch``);
     # False steps iteration by iteration (the same results, slower).
     decode_stretches: bool = True
+    # SGLang's --enable-priority-scheduling: -1 serves higher priority values first (its
+    # default), 1 lower first (--schedule-low-priority-values-first); None: arrival order.
+    priority_sign: Optional[int] = None
 
     def validate(self) -> None:
         if self.pd_timeout_s <= 0:
@@ -91,7 +94,7 @@ class Engine(ControlMixin, PDMixin):
                              profile.max_prefill_tokens),
             max_running=config.max_running_requests or profile.max_running_requests,
             mixed=config.mixed_chunk, new_token_ratio=profile.new_token_ratio,
-            context_length=self.context_length)
+            context_length=self.context_length, priority_sign=config.priority_sign)
         self.sched.salt_for = self._salt_for
         self.sched.stop_text = stop_text
         self.role = config.role
@@ -343,7 +346,7 @@ class Engine(ControlMixin, PDMixin):
 
     def _to_waiting(self, r: Req) -> None:
         r.stage = r.handle.stage = Stage.WAITING
-        self.sched.waiting.append(r)
+        self.sched.enqueue(r)
 
     def _set_timer(self, r: Req) -> None:
         r.timer = next(self._seq)

@@ -148,6 +148,10 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
             rids = [uuid.uuid4().hex for _ in range(count)]
     else:
         rids = [str(rid) if rid is not None else uuid.uuid4().hex]
+    priority = body.get("priority")
+    if priority is not None and (type(priority) is not int or not -(1 << 63) <= priority < (1 << 63)):
+        raise _message("priority must be a signed 64-bit integer "
+                       "between -9223372036854775808 and 9223372036854775807")
     host, port, room = body.get("bootstrap_host"), body.get("bootstrap_port"), body.get("bootstrap_room")
     items = []
     for i in range(count):
@@ -157,7 +161,8 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
         boot = Bootstrap(str(h), p, r) if h is not None or r is not None else None
         items.append(GenerateRequest(rid=rids[i], input_ids=tuple(prompts[i]), sampling=sampling[i],
                                      bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i)),
-                                     return_prompt_token_ids=body.get("return_prompt_token_ids") is True))
+                                     return_prompt_token_ids=body.get("return_prompt_token_ids") is True,
+                                     priority=priority))
     return ParsedGenerate(tuple(items), is_batch, bool(body.get("stream")))
 
 

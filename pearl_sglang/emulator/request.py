@@ -65,6 +65,7 @@ class GenerateRequest:
     bootstrap: Optional[Bootstrap] = None
     return_logprob: bool = False
     return_prompt_token_ids: bool = False
+    priority: Optional[int] = None
 
 
 @dataclass(frozen=True)

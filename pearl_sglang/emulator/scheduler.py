@@ -14,6 +14,7 @@ in its private KV or in a locked cache page.
 """
 from __future__ import annotations
 
+import sys
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -31,7 +32,7 @@ class Req:
 
     __slots__ = ("req", "handle", "prompt", "h", "prefilled", "prefill_len", "keys",
                  "locked", "private", "stage", "pd_prefill", "room", "sink", "seq",
-                 "timer", "salt_seed", "admitted_once", "prompt_keys")
+                 "timer", "salt_seed", "admitted_once", "prompt_keys", "entered")
 
     def __init__(self, req: GenerateRequest, handle: RequestHandle, h: int, seq: int) -> None:
         self.req = req
@@ -52,6 +53,7 @@ class Req:
         self.timer = None
         self.salt_seed = req.sampling.sampling_seed
         self.admitted_once = False
+        self.entered = 0              # when it last entered the waiting queue (an order)
 
     @property
     def ctx_len(self) -> int:
@@ -95,7 +97,8 @@ class Outcome:
 class Scheduler:
     def __init__(self, *, cost: CostModel, space: TokenSpace, cache: PrefixCache,
                  capacity: int, chunk_budget: int, max_running: int, mixed: bool,
-                 new_token_ratio: float, context_length: int) -> None:
+                 new_token_ratio: float, context_length: int,
+                 priority_sign: Optional[int] = None) -> None:
         self.cost = cost
         self.space = space
         self.cache = cache
@@ -105,6 +108,8 @@ class Scheduler:
         self.mixed = mixed
         self.ratio = new_token_ratio
         self.context_length = context_length
+        self.priority_sign = priority_sign
+        self._entries = 0
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
         self.chunked: Optional[Req] = None
@@ -151,6 +156,28 @@ class Scheduler:
         if self.free_tokens() < 0:
             self.cache.evict(-self.free_tokens())
 
+    def enqueue(self, r: Req, *, front: bool = False) -> None:
+        self._entries += 1
+        r.entered = self._entries
+        if front:
+            self.waiting.appendleft(r)
+        else:
+            self.waiting.append(r)
+
+    def _order_waiting(self) -> None:
+        """SGLang's FCFS with priority scheduling: by priority (a missing one counts as the
+        last), then by when the request entered the queue. Running requests are never
+        preempted here (SGLang preempts only for a priority difference over its threshold,
+        10 by default)."""
+        sign = self.priority_sign
+        if sign is None or len(self.waiting) < 2:
+            return
+        last = sys.maxsize if sign == 1 else -sys.maxsize - 1
+        ordered = sorted(self.waiting, key=lambda r: ((r.req.priority if r.req.priority is not None
+                                                       else last) * sign, r.entered))
+        self.waiting.clear()
+        self.waiting.extend(ordered)
+
     def is_idle(self) -> bool:
         return not (self.waiting or self.running or self.prefilling)
 
@@ -194,6 +221,7 @@ class Scheduler:
         active = len(self.running) + len(self.prefilling)
         avail = self.available() - sum(r.reserve(self.ratio) for r in self.running)
         page = self.cache.page
+        self._order_waiting()
         while self.waiting and budget > 0 and active < self.max_running:
             r = self.waiting[0]
             ctx_len = r.ctx_len
@@ -251,7 +279,7 @@ class Scheduler:
         r.stage = r.handle.stage = Stage.WAITING
         r.handle.num_retractions += 1
         self.retracted_total += 1
-        self.waiting.appendleft(r)
+        self.enqueue(r, front=True)
 
     def detach(self, r: Req) -> None:
         """Take a request out of every scheduler queue, keeping its KV accounted."""

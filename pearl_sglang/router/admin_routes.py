@@ -132,12 +132,22 @@ async def pearl_state(request: web.Request) -> web.Response:
         "open_circuits": sorted(st.breakers.open_slots()),
         "migrations": st.dispatcher.migrations,
         "telemetry_pending_turns": st.telemetry.pending(),
+        "critical_path": _critical_path(st),
         "policy": st.config.policy,
         "routing": {**st.selector.state(), "loads": st.loads.state(asyncio.get_running_loop().time())},
         "utilization": st.utilization.state(),
         "control": st.control.state() if st.control is not None else None,
         "registered": _registered(st),
     })
+
+
+def _critical_path(st) -> dict:
+    """The step's running trajectories and those expected to finish last."""
+    now = asyncio.get_running_loop().time()
+    share = st.config.straggler_share
+    return {"running": len(st.telemetry.progress(now)), "share": share,
+            "history_trajectories": len(st.telemetry.history.turn_counts),
+            "stragglers": [e.to_dict() for e in st.telemetry.stragglers(now, share=share)]}
 
 
 def _registered(st) -> dict:

@@ -79,6 +79,14 @@ class RouterConfig:
     load_poll_interval_s: float = 2.0
     # How often the connections of non-streaming requests are checked for clients that left.
     client_check_s: float = 0.5
+    # Share of the step's running trajectories that /pearl/state names as predicted
+    # stragglers (those expected to finish last).
+    straggler_share: float = 0.1
+    # Send each turn of a header-named trajectory with SGLang's ``priority``: 1 for predicted
+    # stragglers, 0 otherwise (workers launched with --enable-priority-scheduling serve them
+    # first; a difference under SGLang's preemption threshold only reorders the queue).
+    # Off by default: not yet measured on the replays.
+    straggler_priority: bool = False
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -87,6 +95,8 @@ class RouterConfig:
             raise ValueError(f"--routing-policy must be one of {POLICY_NAMES}, got {self.routing_policy!r}")
         if not self.load_poll_interval_s >= 0:
             raise ValueError("--load-poll-interval-s must be >= 0")
+        if not 0 < self.straggler_share <= 1:
+            raise ValueError("--straggler-share must be in (0, 1]")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -150,6 +160,12 @@ class RouterConfig:
         conn.add_argument("--max-connections", type=int, default=None,
                           help="client connections in all (default: half of what the descriptor limit "
                                "leaves after a reserve)")
+        parser.add_argument("--straggler-share", type=float, default=0.1,
+                            help="share of running trajectories /pearl/state names as predicted "
+                                 "stragglers (expected to finish last)")
+        parser.add_argument("--straggler-priority", action="store_true",
+                            help="send predicted stragglers' turns with priority 1 (others 0) to "
+                                 "workers launched with --enable-priority-scheduling")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -178,4 +194,5 @@ class RouterConfig:
                                             poll_interval_s=min(1.0, args.health_interval_s)),
             routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
             timeouts=Timeouts(chunk_s=args.stall_s if args.stall_s is not None else DEFAULT_STALL_S),
+            straggler_share=args.straggler_share, straggler_priority=args.straggler_priority,
         )

@@ -15,6 +15,7 @@ import logging
 import re
 import secrets
 import time
+from dataclasses import replace
 from typing import Any, AsyncIterator
 from urllib.parse import urlparse
 
@@ -27,7 +28,7 @@ from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerStalled, WorkerUnavailable,
 )
-from pearl_sglang.router.generate_request import parse_generate
+from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.openai_request import parse_openai
@@ -76,10 +77,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if busy:
         raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
     trajectory, turn = _trajectory_headers(request, batch=call.is_batch)
+    items = call.items
+    if st.config.straggler_priority and trajectory is not None:
+        items = tuple(_with_straggler_priority(st, item, trajectory) for item in items)
     # A streaming client sees SGLang's default of a chunk per token unless it asks otherwise.
     interval = call.items[0].sampling.get("stream_interval", 1) if call.stream else None
     runs = [st.dispatcher.run(item, trajectory=trajectory, turn=turn, client_stream_interval=interval)
-            for item in call.items]
+            for item in items]
     try:
         if call.stream:
             with _StreamSlot(st, request):
@@ -95,6 +99,14 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 _TURN = re.compile(r"[0-9]{1,9}")
+def _with_straggler_priority(st: RouterState, item: GenerateItem, trajectory: str) -> GenerateItem:
+    """The critical path first: a predicted straggler's turn gets priority 1, others 0 (a
+    client's own ``priority`` is kept)."""
+    if "priority" in item.extra:
+        return item
+    now = asyncio.get_running_loop().time()
+    late = st.telemetry.is_straggler(trajectory, now, share=st.config.straggler_share)
+    return replace(item, extra={**item.extra, "priority": 1 if late else 0})
 
 
 def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | None, int | None]:

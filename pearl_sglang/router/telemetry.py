@@ -9,13 +9,17 @@ cached_tokens``; the response of the previous turn is counted as carried (it sta
 context), the rest as new input, so the fitted ``delta_L`` is the *effective* prefill per
 turn. The environment gap is the time between a turn's answer and the next turn's
 request. Decode timing against the worker's concurrency gives ``A`` and ``b``; the time
-to the first chunk gives ``t_prefill``. ``drain()`` closes a rollout step.
+to the first chunk gives ``t_prefill``. ``drain()`` closes a rollout step: its
+trajectories become the workload history against which ``critical_path`` ranks the next
+step's running trajectories (turns, tokens and time since their first request).
 """
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from pearl_sglang.core.critical_path import (RemainingEstimate, TrajectoryProgress, WorkloadHistory,
+                                             predicted_stragglers)
 from pearl_sglang.core.telemetry import DecodeSample, PrefillSample, StepTelemetry, TurnRecord
 from pearl_sglang.router.selection import extend_prefix_key, prefix_key
 
@@ -26,6 +30,13 @@ class _Last:
     turn: int
     generated: int
     finished_at: float
+
+
+@dataclass
+class _Running:
+    started_at: float
+    turns: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,12 @@ class TelemetryCollector:
         self._last: OrderedDict[str, _Last] = OrderedDict()
         self._by_block: OrderedDict[int, str] = OrderedDict()
         self._anonymous = 0
+        # This step's trajectories (since the last drain) and the last drained step.
+        self._running: OrderedDict[str, _Running] = OrderedDict()
+        self.history = WorkloadHistory()
+        self._straggler_cache: tuple[float, float, frozenset[str]] | None = None  # (at, share, ids)
+        self._turns_seen = 0
+        self._cache_turns = -1
         self.max_trajectories = max_trajectories
 
     def _resolve(self, obs: TurnObservation) -> tuple[str, _Last | None]:
@@ -90,6 +107,14 @@ class TelemetryCollector:
                 if prefill_s > 0:
                     self._prefill.append(PrefillSample(tokens=computed, seconds=prefill_s))
         self._last[tid] = _Last(tid, turn, obs.generated_tokens, obs.finished_at)
+        run = self._running.setdefault(tid, _Running(started_at=obs.arrived_at))
+        run.started_at = min(run.started_at, obs.arrived_at)
+        run.turns += 1
+        self._turns_seen += 1
+        run.tokens += obs.generated_tokens
+        self._running.move_to_end(tid)
+        while len(self._running) > self.max_trajectories:
+            self._running.popitem(last=False)
         self._last.move_to_end(tid)
         if obs.full_key:
             self._by_block[obs.full_key[-1]] = tid
@@ -103,9 +128,35 @@ class TelemetryCollector:
     def pending(self) -> int:
         return len(self._turns)
 
+    def progress(self, now: float) -> tuple[TrajectoryProgress, ...]:
+        return tuple(TrajectoryProgress(trajectory_id=tid, turns_done=r.turns, tokens_so_far=r.tokens,
+                                        elapsed_s=max(0.0, now - r.started_at))
+                     for tid, r in self._running.items())
+
+    def stragglers(self, now: float, *, share: float) -> tuple[RemainingEstimate, ...]:
+        return predicted_stragglers(self.progress(now), self.history, share=share)
+
+    def is_straggler(self, trajectory: str, now: float, *, share: float, max_age_s: float = 1.0,
+                     min_age_s: float = 0.05) -> bool:
+        """Whether ``trajectory`` is among the predicted stragglers. The ranking is redone
+        when turns ended since it was made (at most every ``min_age_s``) or when it is
+        ``max_age_s`` old, so a step of many trajectories does not sort them per request."""
+        cached = self._straggler_cache
+        changed = self._turns_seen != self._cache_turns
+        if (cached is None or cached[1] != share or now - cached[0] > max_age_s
+                or (changed and now - cached[0] > min_age_s)):
+            ids = frozenset(e.trajectory_id for e in self.stragglers(now, share=share))
+            cached = self._straggler_cache = (now, share, ids)
+            self._cache_turns = self._turns_seen
+        return trajectory in cached[2]
+
     def drain(self) -> StepTelemetry:
         step = StepTelemetry(turns=tuple(self._turns), decode=tuple(self._decode),
                              prefill=tuple(self._prefill))
+        if step.turns:
+            self.history = WorkloadHistory.from_step(step)
+        self._running.clear()
+        self._straggler_cache = None
         self._turns.clear()
         self._decode.clear()
         self._prefill.clear()

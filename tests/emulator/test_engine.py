@@ -220,3 +220,26 @@ def test_timing_follows_profile() -> None:
     assert abs(h.first_token_time - prefill) < 1e-9
     decode = sum(cost.decode_s(1, len(PROMPT) + k) for k in range(1, 10))
     assert abs(h.finish_time - (prefill + decode)) < 1e-9
+
+
+
+def _finish_order(config: EngineConfig, priorities) -> list:
+    """One request runs at a time behind a blocker; the queued requests' priorities in the
+    order they finished."""
+    c = VirtualCluster()
+    e = c.add_engine(TINY, config)
+    e.submit(req("blocker", n=64))
+    handles = [(p, e.submit(GenerateRequest(rid=f"q{i}", input_ids=tuple(range(i * 100, i * 100 + 50)),
+                                            sampling=SamplingParams(max_new_tokens=8, ignore_eos=True),
+                                            priority=p)))
+               for i, p in enumerate(priorities)]
+    c.run()
+    assert all(h.finished for _, h in handles)
+    return [p for p, h in sorted(handles, key=lambda ph: ph[1].finish_time)]
+
+
+def test_priority_orders_the_waiting_queue_only_with_priority_scheduling() -> None:
+    prios = [None, 0, 5, 3, 5]
+    assert _finish_order(EngineConfig(max_running_requests=1), prios) == prios
+    assert _finish_order(EngineConfig(max_running_requests=1, priority_sign=-1), prios) == [5, 5, 3, 0, None]
+    assert _finish_order(EngineConfig(max_running_requests=1, priority_sign=1), prios) == [0, 3, 5, 5, None]

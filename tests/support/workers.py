@@ -6,7 +6,7 @@ got; the kind decides only how the server process is started.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
@@ -63,9 +63,10 @@ class WorkerLauncher:
         return dict(self._stack.env) if self._stack is not None else {}
 
     def start(self, name: str, model_dir: Path, role: LaunchRole,
-              bootstrap_port: int | None = None) -> ServerProcess:
+              bootstrap_port: int | None = None, extra: tuple[str, ...] = ()) -> ServerProcess:
         port = free_port()
-        args = server_args(engine_args(model_dir), role=role, host="127.0.0.1", port=port,
+        engine = replace(engine_args(model_dir), extra=extra) if extra else engine_args(model_dir)
+        args = server_args(engine, role=role, host="127.0.0.1", port=port,
                            bootstrap_port=bootstrap_port)
         spec = ServerSpec(name=f"{self.kind}-{name}", argv=self._argv(args), port=port,
                           log_path=self.log_dir / f"{self.kind}-{name}.log", env=self._env())

@@ -1,0 +1,111 @@
+"""/pearl/state names the step's predicted stragglers, through the router over emulated workers."""
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from pearl_sglang.router.config import RouterConfig, Security
+from pearl_sglang.router.state import ROUTER
+from tests.router.conftest import ADMIN_TOKEN, running_router
+from tests.support.emulated import emulators
+
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+async def _trajectory(c, url, tid, prompt, turns, env_s):
+    ctx = list(prompt)
+    for turn in range(turns):
+        r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid, "X-Pearl-Turn": str(turn)},
+                         json={"input_ids": ctx, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}})
+        assert r.status_code == 200, r.text
+        ctx = ctx + r.json()["output_ids"] + [5] * 20
+        await asyncio.sleep(env_s)
+
+
+async def test_state_lists_the_trajectories_expected_to_finish_last():
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.25)
+    async with emulators(2, "--time-scale", "20") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                # A finished step: every trajectory took four turns.
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(4)))
+                app[ROUTER].telemetry.drain()
+                before = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+                # The next step: three trajectories are three turns in, one only one.
+                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01)
+                                       for i in range(3)),
+                                     _trajectory(c, url, "behind", [50] * 64, 1, 0.01))
+                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    assert before == {"running": 0, "share": 0.25, "history_trajectories": 4, "stragglers": []}
+    assert state["running"] == 4 and state["history_trajectories"] == 4
+    [top] = state["stragglers"]
+    assert top["trajectory"] == "behind" and top["turns_done"] == 1
+    assert top["remaining_turns"] == 3 and top["remaining_tokens"] == 48
+    assert top["remaining_s"] > 0
+
+
+def test_straggler_flags_build_the_config_and_are_validated():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    RouterConfig.add_cli_args(parser)
+    default = RouterConfig.from_cli_args(parser.parse_args([]))
+    assert (default.straggler_share, default.straggler_priority) == (0.1, False)
+    on = RouterConfig.from_cli_args(parser.parse_args(["--straggler-share", "0.2", "--straggler-priority"]))
+    assert (on.straggler_share, on.straggler_priority) == (0.2, True)
+    with pytest.raises(ValueError, match="straggler-share"):
+        RouterConfig(straggler_share=0).validate()
+
+
+async def _wait_waiting(c, worker_url, n, what="num_waiting_reqs"):
+    for _ in range(1200):
+        loads = (await c.get(worker_url + "/v1/loads")).json()["loads"]
+        if sum(e[what] for e in loads) >= n:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{n} requests never waited")
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_a_stragglers_turn_jumps_the_workers_queue(on):
+    """One worker, one running request at a time, priority scheduling on: with
+    --straggler-priority the predicted straggler's turn, queued after another's, runs first."""
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.3, straggler_priority=on)
+    async with emulators(1, "--time-scale", "20", "--enable-priority-scheduling",
+                         "--max-running-requests", "1") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(3)))
+                app[ROUTER].telemetry.drain()
+                await asyncio.gather(_trajectory(c, url, "a", [40] * 64, 3, 0.01),
+                                     _trajectory(c, url, "b", [41] * 64, 3, 0.01),
+                                     _trajectory(c, url, "late", [42] * 64, 1, 0.01))
+                blocker = asyncio.create_task(c.post(url + "/generate", json={
+                    "input_ids": [9] * 32, "rid": "blocker",
+                    "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}))
+                finished: list[str] = []
+
+                async def turn(tid, n):
+                    r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid,
+                                                                 "X-Pearl-Turn": str(n)},
+                                     json={"input_ids": [50 + n] * 64,
+                                           "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+                    assert r.status_code == 200, r.text
+                    finished.append(tid)
+
+                await _wait_waiting(c, workers[0][0], 1, what="num_running_reqs")
+                first = asyncio.create_task(turn("a", 3))
+                await _wait_waiting(c, workers[0][0], 1)
+                second = asyncio.create_task(turn("late", 1))
+                await _wait_waiting(c, workers[0][0], 2)
+                await c.post(url + "/abort_request", json={"rid": "blocker"})
+                await asyncio.gather(first, second)
+                assert (await blocker).json()["meta_info"]["finish_reason"]["type"] == "abort"
+    assert finished == (["late", "a"] if on else ["a", "late"])
