@@ -15,7 +15,8 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+    """numpy arrays are written as lists (a workload's contexts are int64 arrays)."""
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
 def loads(data: bytes | str) -> Any:

@@ -80,6 +80,7 @@ class ReplayConfig:
     seed: int = 0
     stream_interval: int = 64                  # router -> worker chunk interval (router default 16)
     worker_transport: str = "in-process"       # router -> worker /generate: "in-process" or "http"
+    engine_stepping: str = "stretch"           # emulator: "stretch" or "iteration" (same results, more CPU)
     sample_every_s: float = 60.0               # topology samples (virtual seconds)
     cold_start: bool = True                    # launched workers wait the profile's cold start
     request_timeout_s: float = 3600.0
@@ -127,6 +128,7 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
                    # time_scale 1: the workers' clock is the (virtual) event loop's clock
                    # The in-process launcher waits the profile's cold start before the port opens.
                    "emulator": {"profile": m.emulator_profile, "time_scale": 1, "seed": config.seed,
+                                "engine_stepping": config.engine_stepping,
                                 **({} if config.cold_start else {"cold_start": 0})}},
         "zones": {"dedicated": _gpus("reserved", sysdef.rollout_gpus),
                   "overlap": _gpus("train", 2 * sysdef.overlap_workers)},
@@ -370,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cold-start", action="store_true")
     parser.add_argument("--worker-transport", default="in-process", choices=["in-process", "http"],
                         help="how the router's generation calls reach the emulated workers")
+    parser.add_argument("--engine-stepping", default="stretch", choices=["stretch", "iteration"],
+                        help="emulated engines: runs of unchanging decode iterations as one event, "
+                             "or one event per iteration (the same results, more CPU)")
     parser.add_argument("--out", default=None, help="write the result JSON here")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--profile", default=None, help="write a cProfile of the run here")
@@ -380,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                           group_size=args.group_size, rewrite_fraction=args.rewrite_fraction,
                           train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
                           stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
-                          worker_transport=args.worker_transport)
+                          worker_transport=args.worker_transport, engine_stepping=args.engine_stepping)
     if args.profile:
         import cProfile
 

@@ -62,6 +62,7 @@ class EmulatorArgs:
     pd_timeout: float = 300.0
     health_timeout: float = 20.0
     cold_start: Optional[float] = None
+    engine_stepping: str = "auto"
 
     def validate(self) -> None:
         if self.disaggregation_mode not in ("null", "prefill", "decode"):
@@ -70,6 +71,8 @@ class EmulatorArgs:
             raise ValueError("--time-scale must be positive")
         if self.stream_interval < 1:
             raise ValueError("--stream-interval must be >= 1")
+        if self.engine_stepping not in ("auto", "stretch", "iteration"):
+            raise ValueError(f"invalid --engine-stepping {self.engine_stepping!r}")
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -109,6 +112,11 @@ class EmulatorArgs:
                        help="emulated seconds /health waits while paused before 503")
         g.add_argument("--cold-start", type=float, default=None,
                        help="emulated start-up seconds before the port opens (default: profile)")
+        g.add_argument("--engine-stepping", default=d.engine_stepping, choices=["auto", "stretch", "iteration"],
+                       help="stretch: runs of decode iterations that nothing can change are one event; "
+                            "iteration: one event per iteration (same results, more CPU); auto: stretch "
+                            "on a virtual-time loop, iteration in real time (a driver woken every "
+                            "iteration lets stream readers in between)")
         for flag in IGNORED_VALUE_FLAGS:
             if flag != "--load-format":
                 parser.add_argument(flag, default=None, help=argparse.SUPPRESS)
@@ -128,7 +136,7 @@ class EmulatorArgs:
 
     def engine_config(self, *, vocab_size: Optional[int], eos_token_id: Optional[int],
                       special_ids: frozenset[int], context_length: Optional[int],
-                      token_low: int = 0) -> EngineConfig:
+                      token_low: int = 0, virtual_time: bool = False) -> EngineConfig:
         return EngineConfig(
             role=self.role, model_path=self.model_path, weight_version=self.weight_version,
             max_total_tokens=self.max_total_tokens, chunked_prefill_size=self.chunked_prefill_size,
@@ -139,7 +147,9 @@ class EmulatorArgs:
             transfer_backend=self.disaggregation_transfer_backend, bootstrap_host=self.host,
             bootstrap_port=self.disaggregation_bootstrap_port, pd_timeout_s=self.pd_timeout,
             vocab_size=vocab_size, eos_token_id=eos_token_id, special_ids=special_ids,
-            context_length=context_length, seed=self.seed, token_low=token_low)
+            context_length=context_length, seed=self.seed, token_low=token_low,
+            decode_stretches=self.engine_stepping == "stretch" or (
+                self.engine_stepping == "auto" and virtual_time))
 
 
 def parse_args(argv: Optional[list[str]] = None) -> tuple[EmulatorArgs, list[str]]:

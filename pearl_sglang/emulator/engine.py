@@ -29,6 +29,7 @@ from .request import FinishReason, GenerateRequest, RequestHandle, RequestReject
 from .pd import KVSink, Rendezvous
 from .scheduler import Iteration, Req, Scheduler
 from .stats import Stats
+from .stretch import DecodeStretch, commit, plan_stretch
 from .tokens import GARBAGE_WEIGHTS, TokenSpace, prompt_hashes, version_salt
 from .transfer import SharedLink
 
@@ -56,6 +57,9 @@ class EngineConfig:
     context_length: Optional[int] = None
     seed: int = 0
     token_low: int = 0  # lowest id the model emits (the byte codec reserves 0-258)
+    # Runs of decode iterations in which nothing can change are one event (``stretch``);
+    # False steps iteration by iteration (the same results, slower).
+    decode_stretches: bool = True
 
     def validate(self) -> None:
         if self.pd_timeout_s <= 0:
@@ -101,7 +105,7 @@ class Engine(ControlMixin, PDMixin):
         self._released: set[str] = set()
         self._writer_waiting = 0
         self._ops: deque[Op] = deque()
-        self._current: "Iteration | Op | None" = None
+        self._current: "Iteration | DecodeStretch | Op | None" = None
         self._busy_until: Optional[float] = None
         self._t = clock.now()
         self._seq = itertools.count()
@@ -123,9 +127,14 @@ class Engine(ControlMixin, PDMixin):
     # ---- driving -------------------------------------------------------------
     def next_event_time(self) -> Optional[float]:
         best = self._busy_until
-        lc = self.link.next_completion()
-        if lc is not None and (best is None or lc < best):
-            best = lc
+        other = self._next_other_event()
+        if other is not None and (best is None or other < best):
+            best = other
+        return best
+
+    def _next_other_event(self) -> Optional[float]:
+        """The next KV transfer completion or timer (events besides the current work)."""
+        best = self.link.next_completion()
         timers = self._timers
         while timers and timers[0][2].timer != timers[0][1]:
             heapq.heappop(timers)
@@ -154,6 +163,7 @@ class Engine(ControlMixin, PDMixin):
                 self._settle(self._t)
             if target > self._t:
                 self._t = target
+                self._catch_up(target)
                 if self._busy_until is None or self._inbox:
                     self._settle(target)
         finally:
@@ -168,6 +178,7 @@ class Engine(ControlMixin, PDMixin):
             self._inbox.append(fn)
             return
         self.advance()
+        self._cut_stretch()
         self._in_progress = True
         try:
             fn()
@@ -179,6 +190,9 @@ class Engine(ControlMixin, PDMixin):
 
     def _settle(self, t: float) -> None:
         while True:
+            if self._inbox:
+                self._catch_up(t)
+                self._cut_stretch()
             while self._inbox:
                 self._inbox.popleft()()
             self._kick(t)
@@ -197,12 +211,43 @@ class Engine(ControlMixin, PDMixin):
         if self._prealloc:
             self._admit_prealloc(t)
         it = self.sched.plan(allow_prefill=True)
-        if it is not None:
-            self._current, self._busy_until = it, t + it.duration
+        if it is None:
+            return
+        if self.config.decode_stretches and not it.prefill and not self._ops and self._batch_is_fixed():
+            st = plan_stretch(self.sched, it, t, self._next_other_event())
+            if st is not None:
+                self._current, self._busy_until = st, st.end
+                return
+        self._current, self._busy_until = it, t + it.duration
+
+    # ---- decode stretches (``stretch.py``) ---------------------------------------
+    def _batch_is_fixed(self) -> bool:
+        """Whether planning the next iterations can only repeat this decode batch: nothing
+        is being prefilled, and the waiting queue cannot be admitted before a request ends."""
+        s = self.sched
+        if s.chunked is not None or s.prefilling or self._prealloc:
+            return False
+        return not s.waiting or len(s.running) >= s.max_running
+
+    def _catch_up(self, t: float) -> None:
+        """Apply the stretch's iterations that ended by ``t`` (someone is about to look)."""
+        st = self._current
+        if isinstance(st, DecodeStretch):
+            commit(st, st.due(t), self.sched, self.stats)
+
+    def _cut_stretch(self) -> None:
+        """Something outside is about to change the engine: the stretch ends with the
+        iteration in progress."""
+        st = self._current
+        if isinstance(st, DecodeStretch):
+            self._current, self._busy_until = st.in_progress(), st.ends[st.done]
 
     def _process(self, t: float) -> None:
         if self._busy_until is not None and self._busy_until <= t:
             cur, self._current, self._busy_until = self._current, None, None
+            if isinstance(cur, DecodeStretch):
+                commit(cur, len(cur.ends) - 1 - cur.done, self.sched, self.stats)
+                cur = cur.in_progress()
             if isinstance(cur, Iteration):
                 self._complete_iteration(cur, t)
             else:

@@ -124,8 +124,8 @@ class Run:
         """``(i, final)`` whenever request ``i`` has ``intervals[i]`` new tokens or finished."""
         sent = [0] * len(self.handles)
         pending = set(range(len(self.handles)))
-        for w, interval in zip(self.watches, intervals):
-            w.next_at = interval
+        for w, h, interval in zip(self.watches, self.handles, intervals):
+            w.next_at = h.notify_at = interval
         while pending:
             if len(pending) == 1:
                 await self.watches[next(iter(pending))].event.wait()
@@ -147,7 +147,7 @@ class Run:
                     yield i, True
                 elif n - sent[i] >= intervals[i]:
                     sent[i] = n
-                    w.next_at = n + intervals[i]
+                    w.next_at = h.notify_at = n + intervals[i]
                     yield i, False
 
     async def stream(self, response: web.StreamResponse, intervals: list[int],

@@ -107,7 +107,9 @@ class RequestHandle:
     """Live view of one request; the engine updates it, callers only read it.
 
     ``weight_versions`` holds ``[version, start, end)`` spans over output positions.
-    Times are engine (emulated) seconds.
+    Times are engine (emulated) seconds.  ``on_update`` is due for every new token from
+    ``notify_at`` output tokens on (and on finish); the engine may skip the calls before,
+    so a caller that wakes every n tokens raises it by n after each wake-up.
     """
 
     rid: str
@@ -123,6 +125,7 @@ class RequestHandle:
     finish_time: Optional[float] = None
     stage: Stage = Stage.WAITING
     on_update: Optional[Callable[["RequestHandle"], None]] = None
+    notify_at: int = 0
     on_finish: Optional[Callable[["RequestHandle"], None]] = None
 
     @property

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from .prefix_cache import PrefixCache
 from .profile import CostModel
 from .request import FinishReason, GenerateRequest, RequestHandle, Stage
-from .tokens import BASE, MASK, TokenSpace, extend_block_hashes
+from .tokens import BASE, MASK, TokenSpace, draw, extend_block_hashes
 
 CLIP_MAX_NEW_TOKENS = 4096
 
@@ -295,12 +295,7 @@ class Scheduler:
         salt = self.salt_for(r.salt_seed)
         n_out = len(handle.output_ids)
         space = self.space
-        if not sp.ignore_eos and n_out >= sp.min_new_tokens and space.wants_eos(h, salt):
-            tok = space.eos_token_id
-        else:
-            tok = space.next_token(h, salt)
-            if n_out < sp.min_new_tokens and tok in sp.stop_token_ids:
-                tok = space.next_token(h ^ 0xA5A5A5A5, salt)
+        tok = draw(space, sp, h, salt, n_out)
         handle.output_ids.append(tok)
         if r.req.return_logprob:
             handle.output_logprobs.append(space.logprob(h, salt))

@@ -164,11 +164,20 @@ def build_worker(args: EmulatorArgs, *, profile: Optional[Profile] = None) -> Wo
     clock = ScaledClock(args.time_scale)
     config = args.engine_config(vocab_size=vocab, eos_token_id=eos, special_ids=codec.special_ids,
                                 context_length=meta.context_length,
-                                token_low=0 if codec.uses_tokenizer else 259)
+                                token_low=0 if codec.uses_tokenizer else 259,
+                                virtual_time=_on_virtual_time())
     engine = Engine(profile=profile, clock=clock, config=config, rendezvous=HttpRendezvous(),
                     stop_text=lambda ids: codec.decode(ids))
     return Worker(args=args, profile=profile, engine=engine, codec=codec, meta=meta,
                   clock=clock, started_wall=time.time())
+
+
+def _on_virtual_time() -> bool:
+    """Whether the worker is built on a discrete-event loop (``benchmarks.harness.vtime``)."""
+    try:
+        return hasattr(asyncio.get_running_loop(), "add_stepper")
+    except RuntimeError:
+        return False
 
 
 def serves_bootstrap(args: EmulatorArgs) -> bool:

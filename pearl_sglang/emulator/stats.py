@@ -23,10 +23,14 @@ class Stats:
         self._window: deque[tuple[float, int, float]] = deque()
 
     def iteration(self, t: float, it: Iteration, tokens: int) -> None:
+        self.record(t, it.duration, tokens)
+
+    def record(self, t: float, duration: float, tokens: int) -> None:
+        """An iteration of ``duration`` seconds that ended at ``t`` with ``tokens`` tokens."""
         self.iterations += 1
-        self.busy_s += it.duration
+        self.busy_s += duration
         self.generation_tokens += tokens
-        self._window.append((t, tokens, it.duration))
+        self._window.append((t, tokens, duration))
         while self._window and self._window[0][0] < t - self.WINDOW_S:
             self._window.popleft()
 

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .request import SamplingParams
 
 MASK = (1 << 64) - 1
 BASE = 0x100000001B3  # FNV prime: odd, so multiplication is a bijection mod 2**64
@@ -174,3 +178,13 @@ def fake_first_token(rid: str, vocab_size: int) -> int:
     """SGLang's fake transfer backend: ``blake2b(rid) % vocab``."""
     d = hashlib.blake2b(rid.encode(), digest_size=8).digest()
     return int.from_bytes(d, "little") % vocab_size
+
+
+def draw(space: TokenSpace, sp: "SamplingParams", h: int, salt: int, n_out: int) -> int:
+    """The token a request emits after ``n_out`` output tokens with context hash ``h``."""
+    if not sp.ignore_eos and n_out >= sp.min_new_tokens and space.wants_eos(h, salt):
+        return space.eos_token_id
+    tok = space.next_token(h, salt)
+    if n_out < sp.min_new_tokens and tok in sp.stop_token_ids:
+        tok = space.next_token(h ^ 0xA5A5A5A5, salt)
+    return tok

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import aiohttp
+import numpy as np
 
 from pearl_rl_adapter.telemetry import tag_headers
 from pearl_sglang import fastjson
@@ -82,7 +83,8 @@ class GenerateClient:
     async def generate(self, input_ids: Sequence[int], *, max_new_tokens: int,
                        trajectory_id: str, turn: int) -> Generation:
         """Generate exactly ``max_new_tokens`` (``ignore_eos``) after ``input_ids``."""
-        body = {"input_ids": list(input_ids),
+        ids = input_ids if isinstance(input_ids, np.ndarray) else list(input_ids)
+        body = {"input_ids": ids,
                 "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True}}
         headers = {**self.headers, **tag_headers(trajectory_id, turn)}
         errors: list[str] = []

@@ -150,12 +150,28 @@ class SweSampler:
         head = list(context[:len(context) - k])
         if k == 0:
             return head
-        return head + self._ids(self._rng(_REWRITE, index, turn_index), k)
+        return head + self._fresh(index, turn_index, k).tolist()
+
+    def _fresh(self, index: int, turn_index: int, k: int) -> np.ndarray:
+        lo, hi = self.workload.vocab
+        return self._rng(_REWRITE, index, turn_index).integers(lo, hi, size=k)
 
     def next_context(self, prompt: Sequence[int], output: Sequence[int], plan: TurnPlan,
                      index: int) -> list[int]:
         """``p_{k+1} = rewrite(p_k) + r_k + o_k`` (section 2.1 plus the rewrite)."""
         return self.rewrite(prompt, index, plan.turn_index) + list(output) + list(plan.observation_ids)
+
+    def next_context_array(self, prompt: np.ndarray, output: Sequence[int], plan: TurnPlan,
+                           index: int) -> np.ndarray:
+        """``next_context`` as an int64 array.  A trajectory keeps its context as one, so a
+        turn never turns tens of thousands of token ids into Python ints and back (the
+        JSON encoder writes arrays as they are)."""
+        k = self.rewritten_tokens(len(prompt))
+        parts = [prompt[:len(prompt) - k]]
+        if k:
+            parts.append(self._fresh(index, plan.turn_index, k))
+        parts += [np.asarray(output, dtype=np.int64), np.asarray(plan.observation_ids, dtype=np.int64)]
+        return np.concatenate(parts)
 
     def fits(self, context_tokens: int, plan: TurnPlan) -> bool:
         """Whether a turn with this prompt length stays within the trajectory budget."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from pearl_sglang.workload.client import GenerateClient
 from pearl_sglang.workload.environment import EmulatedEnvironment
 from pearl_sglang.workload.errors import GenerateFailed
@@ -31,7 +33,7 @@ async def run_trajectory(ctx: TrajectoryContext, *, index: int, step: int,
                          trajectory_id: str) -> Trajectory:
     sampler, time = ctx.sampler, ctx.environment.time
     start = time.now()
-    context = list(sampler.initial_prompt(index))
+    context = np.asarray(sampler.initial_prompt(index), dtype=np.int64)
     wanted = sampler.turn_count(index)
     telemetry: list[TurnTelemetry] = []
     errors: list[str] = []
@@ -56,11 +58,12 @@ async def run_trajectory(ctx: TrajectoryContext, *, index: int, step: int,
             request_s=gen.request_s, attempts=gen.attempts))
         if turn + 1 < wanted:
             following = sampler.turn(index, turn + 1)
-            nxt = sampler.next_context(context, gen.output_ids, plan, index)
+            nxt = sampler.next_context_array(context, gen.output_ids, plan, index)
             if sampler.fits(len(nxt), following):
                 context, plan = nxt, following
                 continue
-        context += gen.output_ids  # the trained sequence ends with the last response
+        # the trained sequence ends with the last response
+        context = np.concatenate([context, np.asarray(gen.output_ids, dtype=np.int64)])
         break
     return Trajectory(index=index, trajectory_id=trajectory_id, group=sampler.group_of(index),
                       step=step, tokens=len(context), generated_tokens=generated,

@@ -54,6 +54,29 @@ def test_worker_transports_replay_the_same_steps(pd_mode):
     assert runs["in-process"]["summary"] == runs["http"]["summary"]
 
 
+@pytest.mark.parametrize("pd_mode", ["colocated", "disaggregated"])
+def test_engine_steppings_replay_the_same_steps(pd_mode):
+    """Decode stretches change how many engine events a replay runs, not its results: every
+    step record, the summary and virtual time equal those of iteration-by-iteration stepping."""
+    config = ReplayConfig(system="pearl", segment=1, minutes=4, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 4, "turns_max": 6}, pd_mode=pd_mode)
+    runs = {s: replay(replace(config, engine_stepping=s)) for s in ("stretch", "iteration")}
+    stretch, iteration = runs["stretch"], runs["iteration"]
+    assert stretch["steps"] and stretch["steps"] == iteration["steps"]
+    assert stretch["summary"] == iteration["summary"] and stretch["samples"] == iteration["samples"]
+    assert stretch["run"]["virtual_s"] == iteration["run"]["virtual_s"]
+    if pd_mode == "disaggregated":
+        assert all(set(s["topology"]) & {"P"} for s in stretch["steps"])
+    assert stretch["run"]["loop"]["steps"] < iteration["run"]["loop"]["steps"] / 5, runs
+
+
+def test_engine_stepping_leaves_cached_runs_valid():
+    from benchmarks.experiments.runner import _key
+    config = ReplayConfig(system="pearl", segment=2)
+    assert _key(config) != _key(replace(config, engine_stepping="iteration"))
+    assert _key(config) == _key(replace(config, engine_stepping="stretch"))
+
+
 def test_systems_map_to_cluster_configs(tmp_path):
     for name, expect in [("roll", (4, 0, "colocated", False)), ("rlboost", (4, 0, "colocated", False)),
                          ("pearl", (4, 16, "auto", True)), ("pearl-forced-pd", (4, 16, "disaggregated", True)),

@@ -115,3 +115,15 @@ def test_turn_records_give_the_effective_prefill_as_delta_l():
     computed = sum(t.computed_prompt_tokens for t in turns)
     assert est.delta_L == pytest.approx(computed / len(turns))
     assert est.r == 100 and est.S == 4 and est.theta == pytest.approx(0.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 3000), f=st.floats(0.0, 1.0), turn=st.integers(0, 40), out=st.integers(0, 50))
+def test_next_context_array_is_next_context(n, f, turn, out):
+    from pearl_sglang import fastjson
+    s = SweSampler(SweWorkload(rewrite_fraction=f))
+    prompt, output, plan = list(range(2000, 2000 + n)), list(range(9000, 9000 + out)), s.turn(5, turn)
+    as_list = s.next_context(prompt, output, plan, 5)
+    as_array = s.next_context_array(np.asarray(prompt, dtype=np.int64), tuple(output), plan, 5)
+    assert as_array.dtype == np.int64 and as_array.tolist() == as_list
+    assert fastjson.dumps({"input_ids": as_array}) == fastjson.dumps({"input_ids": as_list})

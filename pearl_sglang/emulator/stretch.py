@@ -1,0 +1,157 @@
+"""Decode stretches: many decode iterations of an unchanging batch as one engine event.
+
+Most of a replay's engine events are decode iterations in which nothing happens that
+anyone can see: no request arrives, finishes, streams a chunk or is retracted.  While the
+batch cannot change, the next iterations are fully determined by the current state: the
+k-th iteration's context is the first one's plus ``(k-1) * batch``, so its duration is the
+profile's ``decode_s`` of that, and each request's tokens follow from its context hash.
+``plan_stretch`` computes such a run of iterations up front (end times summed one by one,
+exactly as stepping would add them) and the engine reports only its last iteration as an
+event.  Anyone who looks before then (every public engine call first advances to its
+time) sees the state that stepping would have had: ``commit`` applies the iterations that
+ended by then, and the engine cuts the stretch short if the call changes anything.
+
+The stretch stops short of every change: a request's token-dependent stop (EOS, a stop
+id) or length limit, a stream chunk its caller waits for (``RequestHandle.notify_at``),
+the KV pool running out (decode would evict or retract), a transfer or timer of the
+engine, and any queued admission that could start.  Its last iteration is an ordinary
+``Iteration``, completed by the engine's usual code, so finishes and callbacks happen
+exactly as before.  Requests with stop strings are never stretched (their check decodes
+text).  Pure apart from the handles and scheduler state that ``commit`` updates.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .scheduler import Iteration, Req, Scheduler
+from .stats import Stats
+from .tokens import BASE, MASK, draw
+
+# Tokens drawn ahead per request at most; bounds the work a cut-short stretch wastes.
+MAX_STRETCH = 512
+
+
+@dataclass
+class DecodeStretch:
+    """Iterations ``1..K`` of one decode batch; ``done`` of them are committed."""
+
+    batch: list[Req]
+    tokens: list[list[int]]  # per request, the tokens of iterations 1..K-1
+    ends: list[float]        # end time of each iteration
+    durations: list[float]
+    context_tokens: int      # of iteration 1
+    done: int = 0
+
+    @property
+    def end(self) -> float:
+        return self.ends[-1]
+
+    def in_progress(self) -> Iteration:
+        """The iteration after the committed ones, as stepping would have planned it."""
+        k = self.done
+        return Iteration(decode=list(self.batch), duration=self.durations[k],
+                         context_tokens=self.context_tokens + k * len(self.batch))
+
+    def due(self, t: float) -> int:
+        """Iterations of the bulk (all but the last) that have ended by ``t`` and are not committed."""
+        n, last = self.done, len(self.ends) - 1
+        while n < last and self.ends[n] <= t:
+            n += 1
+        return n - self.done
+
+
+def _bound(sched: Scheduler, r: Req) -> int:
+    """Iterations after which ``r`` ends its stretch at the latest (deterministic limits)."""
+    sp, h = r.req.sampling, r.handle
+    n = len(h.output_ids)
+    k = min(sp.max_new_tokens - n,
+            min(sched.context_length, sched.capacity - 1) - len(r.prompt) - n)
+    if h.on_update is not None:
+        k = min(k, h.notify_at - n)
+    return k
+
+
+def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[float]) -> Optional[DecodeStretch]:
+    """A stretch beginning with the decode iteration ``it`` just planned at ``start``, ending
+    by ``limit`` (the engine's next other event); None when it would be one iteration."""
+    batch = it.decode
+    b = len(batch)
+    kmax = min(MAX_STRETCH, sched.free_tokens() // b + 1)
+    for r in batch:
+        if r.req.sampling.stop:
+            return None
+        kmax = min(kmax, _bound(sched, r))
+    if kmax < 2:
+        return None
+    cost, ctx = sched.cost, it.context_tokens
+    ends, durations = [start + it.duration], [it.duration]
+    while len(ends) < kmax:
+        d = cost.decode_s(b, ctx + len(ends) * b)
+        e = ends[-1] + d
+        if limit is not None and e > limit:
+            break
+        ends.append(e)
+        durations.append(d)
+    if limit is not None and ends[0] > limit:
+        return None
+    k = len(ends)
+    if k < 2:
+        return None
+    space, eos = sched.space, sched.space.eos_token_id
+    tokens = []
+    for r in batch:
+        sp = r.req.sampling
+        salt, h, n = sched.salt_for(r.salt_seed), r.h, len(r.handle.output_ids)
+        stops, watch_eos, floor = sp.stop_token_ids, not sp.ignore_eos, sp.min_new_tokens
+        out: list[int] = []
+        while len(out) < k - 1:
+            tok = draw(space, sp, h, salt, n)
+            out.append(tok)
+            h = (h * BASE + tok + 1) & MASK
+            n += 1
+            if n > floor and ((watch_eos and tok == eos) or tok in stops):
+                k = len(out)  # it finishes in iteration k: that one is the stretch's last
+                break
+        tokens.append(out)
+    if k < 2:
+        return None
+    return DecodeStretch(batch=list(batch), tokens=tokens, ends=ends[:k], durations=durations[:k],
+                         context_tokens=ctx)
+
+
+def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
+    """Apply the next ``n`` bulk iterations of ``st``: their tokens, stats and the KV that
+    planning each following iteration reserves (no callback is due in them)."""
+    if n <= 0:
+        return
+    lo, hi = st.done, st.done + n
+    version, space = sched.version, sched.space
+    first_end = st.ends[lo]
+    for r, toks in zip(st.batch, st.tokens):
+        h = r.handle
+        out = h.output_ids
+        n_out = len(out)
+        if r.req.return_logprob:
+            salt, x = sched.salt_for(r.salt_seed), r.h
+            for tok in toks[lo:hi]:
+                h.output_logprobs.append(space.logprob(x, salt))
+                x = (x * BASE + tok + 1) & MASK
+        x = r.h
+        for tok in toks[lo:hi]:
+            x = (x * BASE + tok + 1) & MASK
+        r.h = x
+        out.extend(toks[lo:hi])
+        spans = h.weight_versions
+        if spans and spans[-1][0] == version:
+            spans[-1][2] += n
+        else:
+            spans.append([version, n_out, n_out + n])
+        if h.first_token_time is None:
+            h.first_token_time = first_end
+        r.private += n
+    sched.private_total += n * len(st.batch)
+    b = len(st.batch)
+    for i in range(lo, hi):
+        stats.record(st.ends[i], st.durations[i], b)
+    st.done = hi

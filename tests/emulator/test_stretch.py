@@ -1,0 +1,124 @@
+"""Decode stretches change how many events the engine runs, never what it computes.
+
+One scenario runs twice on virtual time, once per stepping mode, and everything anyone
+can observe must be equal: every request's tokens, log-probabilities, finish and
+first-token times, weight-version spans and retractions; each stream's wake-ups; the
+load snapshots read in the middle of decode runs; the engines' counters.  The scenario
+has what ends a stretch: arrivals, aborts, EOS and stop ids, length limits, a weight
+version change, a pause, KV pressure with retractions, a full waiting queue, and a PD
+pair whose transfers and timers are engine events.
+"""
+from __future__ import annotations
+
+from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role, SamplingParams, VirtualCluster,
+                                   load_profile)
+
+TINY = load_profile("tiny")
+CHATTY = TINY.replace(eos_probability=0.02)  # many EOS finishes among ignore_eos=False requests
+
+
+def _prompt(i: int, n: int) -> tuple[int, ...]:
+    return tuple(300 + (i * 37 + k * 11) % 700 for k in range(n))
+
+
+class _Stream:
+    """A reader that wants a chunk every ``interval`` tokens, as ``http_generate.Run`` does."""
+
+    def __init__(self, clock, interval: int) -> None:
+        self.clock, self.interval, self.wakes = clock, interval, []
+
+    def __call__(self, h) -> None:
+        if h.finish_reason is not None or len(h.output_ids) >= h.notify_at:
+            self.wakes.append((len(h.output_ids), self.clock.now()))
+            h.notify_at = len(h.output_ids) + self.interval
+
+
+def scenario(stretches: bool) -> tuple[dict, int]:
+    c = VirtualCluster()
+    events = [0]
+
+    def engine(profile, **kw):
+        e = c.add_engine(profile, EngineConfig(decode_stretches=stretches, **kw))
+        process = e._process
+
+        def counted(t: float) -> None:
+            events[0] += 1
+            process(t)
+        e._process = counted
+        return e
+
+    tight = engine(TINY, max_total_tokens=1800, max_running_requests=6)  # KV pressure, full queue
+    chatty = engine(CHATTY)
+    prefill = engine(TINY, role=Role.PREFILL, bootstrap_port=9200, pd_timeout_s=3.0)
+    decode = engine(TINY, role=Role.DECODE, bootstrap_port=9201)
+    handles, streams, loads = {}, {}, []
+
+    def submit(e, rid: str, prompt, *, stream: int = 0, **sampling) -> None:
+        sampling.setdefault("max_new_tokens", 60)
+        r = GenerateRequest(rid=rid, input_ids=prompt, sampling=SamplingParams(**sampling),
+                            return_logprob=rid.endswith("lp"))
+        s = _Stream(c.clock, stream) if stream else None
+        if s is not None:
+            streams[rid] = s
+        handles[rid] = e.submit(r, on_update=s, on_finish=None)
+        if s is not None:
+            handles[rid].notify_at = stream
+
+    def pd(rid: str, room: int, n: int) -> None:
+        r = GenerateRequest(rid=rid, input_ids=_prompt(room, 200),
+                            sampling=SamplingParams(max_new_tokens=n, ignore_eos=True),
+                            bootstrap=Bootstrap("127.0.0.1", 9200, room))
+        s = _Stream(c.clock, 16)
+        streams[rid] = s
+        handles[rid + "/d"] = decode.submit(r, on_update=s)
+        handles[rid + "/d"].notify_at = 16
+        handles[rid + "/p"] = prefill.submit(r)
+
+    for i in range(10):  # more than fit: the queue waits behind max_running, then KV retracts
+        c.call_at(0.01 * i, lambda i=i: submit(tight, f"t{i}", _prompt(i, 300), stream=64 * (i % 2),
+                                                max_new_tokens=120 + 10 * i, ignore_eos=True))
+    for i in range(10):  # the same prompts again: what the cache kept (and evicted) shows
+        c.call_at(0.5 + 0.01 * i, lambda i=i: submit(tight, f"again{i}", _prompt(i, 300), max_new_tokens=20,
+                                                       ignore_eos=True))
+    for i in range(8):
+        kw = {"stop_token_ids": [500 + i, 640]} if i % 2 else {"min_new_tokens": 5}
+        c.call_at(0.003 * i, lambda i=i, kw=kw: submit(chatty, f"c{i}" + ("lp" if i == 3 else ""),
+                                                        _prompt(50 + i, 120), stream=16 if i < 4 else 0,
+                                                        max_new_tokens=200, **kw))
+    c.call_at(0.05, lambda: pd("pd1", 1, 90))
+    c.call_at(0.07, lambda: pd("pd2", 2, 40))
+    orphan = GenerateRequest(rid="orphan", input_ids=_prompt(9, 80), sampling=SamplingParams(max_new_tokens=10),
+                             bootstrap=Bootstrap("127.0.0.1", 9200, 99))  # its prefill never comes
+    c.call_at(0.09, lambda: handles.__setitem__("orphan", decode.submit(orphan)))
+    c.call_at(0.137, lambda: tight.abort("t4"))
+    c.call_at(0.151, lambda: chatty.update_weight_version("v2", abort_all_requests=False))
+    c.call_at(0.2, lambda: tight.pause("in_place"))
+    c.call_at(0.23, lambda: tight.continue_generation())
+    for k in range(40):
+        c.call_at(0.0173 * k, lambda: loads.append([(e.loads(), e.sched.free_tokens(), e.sched.cache.tokens)
+                                                    for e in (tight, chatty, decode)]))
+    c.run()
+    record = {
+        "handles": {rid: (h.output_ids, h.output_logprobs, h.finish_reason, h.finish_time, h.first_token_time,
+                          h.weight_versions, h.num_retractions, h.cached_tokens) for rid, h in handles.items()},
+        "streams": {rid: s.wakes for rid, s in streams.items()},
+        "loads": loads,
+        "stats": [vars(e.stats) for e in c.engines],
+        "retracted": tight.sched.retracted_total,
+        "end": c.clock.now(),
+    }
+    return record, events[0]
+
+
+def test_stretches_and_iteration_stepping_give_the_same_run() -> None:
+    stretched, stretch_events = scenario(True)
+    stepped, step_events = scenario(False)
+    assert stretched == stepped
+    hs = stepped["handles"]
+    reasons = {h[2].type for h in hs.values()}
+    assert {"stop", "length", "abort"} <= reasons, reasons  # the scenario exercises each ending
+    assert stepped["retracted"] > 0 and any(len(w) > 3 for w in stepped["streams"].values())
+    assert any(v[0] == "v2" for h in hs.values() for v in h[5])
+    assert hs["orphan"][2].message.startswith("Request timed out")
+    assert any(hs[f"again{i}"][7] for i in range(10))  # cache hits after KV pressure
+    assert stretch_events < 0.75 * step_events, (stretch_events, step_events)
