@@ -24,9 +24,9 @@ Scenarios, each for every target:
   generated tokens, prompt tokens, cache-hit tokens, busy time, requests; busiest/mean
   generated tokens and busy time; workers used; cache hit rate; rollout time.
 * ``join``: ``--workers``/2 active; the other half is admitted once a quarter of all turns
-  has finished (PEARL: the table marks them active; sglang-router: ``POST /add_worker``).
+  has finished (PEARL: the table marks them active; sglang-router: ``POST /workers``).
   Reported: the share of the decode work generated after admission that the new workers
-  took.
+  took (sglang-router health-checks added workers before it routes to them).
 
 Rollout time is emulated seconds (wall time x ``--time-scale``). Writes JSON and a
 Markdown table.
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import sys
 import tempfile
@@ -160,15 +161,24 @@ class SglangTarget:
         self.policy, self.pool, self.active, self.stack = policy, pool, active, stack
 
     async def __aenter__(self) -> "SglangTarget":
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="sglang-router-", suffix=".log", delete=False)
-        self.proc = await asyncio.create_subprocess_exec(
-            self.stack.python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
-            "--policy", self.policy, "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1",
-            "--log-level", "warn", "--worker-urls", *self.pool.urls[:self.active],
-            env={**self.stack.env}, stdout=self.log, stderr=self.log)
-        await self._wait_workers(self.active)
+        for attempt in range(3):  # a free port can be taken before the router binds it
+            port = free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            self.log = tempfile.NamedTemporaryFile(prefix="sglang-router-", suffix=".log", delete=False)
+            self.proc = await asyncio.create_subprocess_exec(
+                self.stack.python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+                "--policy", self.policy, "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1",
+                "--log-level", "warn", "--worker-urls", *self.pool.urls[:self.active],
+                env={**self.stack.env}, stdout=self.log, stderr=self.log)
+            try:
+                await self._wait_workers(self.active)
+                return self
+            except RuntimeError:
+                if self.proc.returncode is None:
+                    self.proc.terminate()
+                await self.proc.wait()
+                if attempt == 2:
+                    raise
         return self
 
     async def _wait_workers(self, n: int, timeout_s: float = 120.0) -> None:
@@ -187,9 +197,13 @@ class SglangTarget:
         raise RuntimeError(f"sglang-router did not register {n} workers in {timeout_s:.0f}s")
 
     async def admit_rest(self, session: aiohttp.ClientSession) -> None:
+        """sglang-router 0.3.2 adds workers with ``POST /workers`` (queued; 202), then
+        health-checks them: wait until it reports them all."""
         for url in self.pool.urls[self.active:]:
-            async with session.post(self.url + "/add_worker", params={"url": url}) as r:
-                await r.read()
+            async with session.post(self.url + "/workers", json={"url": url}) as r:
+                if r.status not in (200, 202):
+                    raise RuntimeError(f"sglang-router refused worker {url}: HTTP {r.status} {await r.text()}")
+        await self._wait_workers(len(self.pool.urls))
 
     def migrations(self) -> int | None:
         return None
@@ -359,7 +373,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--env-s", type=float, default=1.0, help="environment time between turns (emulated s)")
     ap.add_argument("--rewrite-fraction", type=float, default=0.0)
     ap.add_argument("--profile", default="qwen3-8b-h800-tp2")
-    ap.add_argument("--time-scale", type=float, default=4.0, help="emulated seconds per real second")
+    ap.add_argument("--time-scale", type=float, default=None,
+                    help="emulated seconds per real second (default 0.5, quick 2: slow enough that the "
+                         "single process's CPU stays a small part of the emulated time)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scenarios", nargs="+", default=["grpo", "join"], choices=["grpo", "join"])
     ap.add_argument("--pearl-policies", nargs="+", default=list(PEARL_POLICIES), choices=PEARL_POLICIES)
@@ -369,6 +385,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.workers, args.groups, args.group_size, args.turns = 4, 2, 8, 2
         args.prompt_tokens, args.max_new_tokens, args.observation_tokens = 1024, 32, 64
+    if args.time_scale is None:
+        args.time_scale = 2.0 if args.quick else 0.5
     if args.workers < 2:
         ap.error("--workers must be >= 2")
     return args
@@ -376,6 +394,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # sglang-router probes new workers with a non-HTTP/1 request first; the workers' aiohttp
+    # answers 400 and logs a traceback for each, which is noise here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     result = asyncio.run(bench(args))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
