@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import calibrate
 from benchmarks.calibration import analytic, space
-from benchmarks.experiments import runner, scaling
+from benchmarks.experiments import report, runner, scaling
 from pearl_sglang.emulator.profile import load_profile
 from pearl_sglang.workload.presets import load_preset
 
@@ -19,6 +19,7 @@ KEYS = ("reduction_16_to_24", "reduction_24_to_32", "rollout_share_32", "mean_tr
 def test_quick_scaling_writes_every_fact_next_to_the_papers(tmp_path, monkeypatch):
     """The quick variant end to end, on pools and a workload small enough for a test."""
     monkeypatch.setattr(runner, "RESULTS", tmp_path)
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
     real_jobs = scaling.jobs
 
     def small(**kw):
