@@ -38,7 +38,6 @@ import asyncio
 import json
 import logging
 import random
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace

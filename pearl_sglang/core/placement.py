@@ -14,20 +14,20 @@ and ratio agree about what prefill and decode cost:
 
 A group of requests that share a prompt therefore spreads while a copy of the prompt's
 prefill costs less than queueing behind the group's decodes, and a trajectory stays
-where its prefix is while that worker stays the cheapest (within ``margin_s``, so
-near-equal workers do not make it hop).  Ties go to the worker that was assigned least
+where its prefix is while that worker stays the cheapest (within a relative ``margin``,
+so near-equal workers do not make it hop).  Ties go to the worker that was assigned least
 recently, so sequential requests on an idle pool rotate instead of piling on one slot.
 
-Invariants (tested with Hypothesis): the choice costs at most ``margin_s`` more than the
-cheapest worker; the prefix holder is kept whenever it is within ``margin_s`` of the
-cheapest; among workers of equal cost the least recently assigned wins.  Pure: no I/O,
+Invariants (tested with Hypothesis): the choice costs at most ``1 + margin`` times the
+cheapest worker's; the prefix holder is kept whenever it is within that; among workers of
+equal cost the least recently assigned wins.  Pure: no I/O,
 no clock; the caller passes snapshots.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.profile import Profile
@@ -53,12 +53,12 @@ class CostRates:
                 raise InvalidConfig(f"{name} must be a finite number >= 0, got {value!r}", key=name)
 
 
-@dataclass(frozen=True)
-class WorkerLoad:
+class WorkerLoad(NamedTuple):
     """What one worker has to do already, as the router sees it.
 
     ``owed`` counts trajectories between turns whose next turn is expected there
     (fractional weights allowed: the caller may discount ones likely to have ended).
+    A named tuple, not a dataclass: the router builds one per worker per request.
     """
 
     queued_prefill_tokens: int = 0
@@ -74,20 +74,24 @@ class WorkerLoad:
         return self.queued_prefill_tokens == 0 and self.running == 0 and self.owed == 0
 
 
-@dataclass(frozen=True)
-class Option:
+IDLE = WorkerLoad()
+
+
+class Option(NamedTuple):
     """One worker that may take the request.
 
     ``matched_tokens``: the prefix of the request's context this worker holds (learned
     block map); ``last_assigned``: a sequence number of its latest assignment (-1: never),
-    the tie-break. The request's own trajectory is not in ``load.owed`` (it does not queue
-    behind itself).
+    the tie-break; ``cached_blocks``: prefix blocks it holds in all (the size of its tree,
+    for sglang-router's rule). The request's own trajectory is not in ``load.owed`` (it
+    does not queue behind itself).
     """
 
     slot: int
     load: WorkerLoad
     matched_tokens: int = 0
     last_assigned: int = -1
+    cached_blocks: int = 0
 
 
 def prefill_seconds(rates: CostRates, option: Option, context_tokens: int) -> float:
@@ -105,33 +109,45 @@ def colocated_cost(rates: CostRates, option: Option, context_tokens: int) -> flo
     return prefill_seconds(rates, option, context_tokens) + decode_seconds(rates, option)
 
 
-def cheapest(options: Sequence[Option], costs: Sequence[float], *, margin_s: float = 0.0,
-             holder: int | None = None) -> Option:
-    """The minimum-cost option; the prefix ``holder`` wins while it is within ``margin_s``
-    of the minimum; equal costs go to the least recently assigned (slot only orders
-    workers never assigned, once)."""
+def cheapest(options: Sequence[Option], costs: Sequence[float], *, margin: float = 0.0,
+             holder: int | None = None) -> int:
+    """Index of the minimum-cost option; the prefix ``holder`` wins while its cost is within
+    ``1 + margin`` times the minimum; equal costs go to the least recently assigned (slot
+    only orders workers never assigned, once)."""
     if not options:
         raise InvalidConfig("no worker to choose from", key="options")
     best = min(range(len(options)), key=lambda i: (costs[i], options[i].last_assigned, options[i].slot))
     if holder is not None and holder != options[best].slot:
         for i, o in enumerate(options):
-            if o.slot == holder and costs[i] <= costs[best] + margin_s:
-                return o
-    return options[best]
+            if o.slot == holder and costs[i] <= costs[best] * (1.0 + margin):
+                return i
+    return best
+
+
+def colocated_costs(rates: CostRates, options: Sequence[Option], context_tokens: int) -> list[float]:
+    """``colocated_cost`` of every option (one pass: this runs on every request)."""
+    tp, r, a, b = rates.t_prefill, rates.r, rates.A, rates.b
+    out = []
+    for o in options:
+        load = o.load
+        own = context_tokens - o.matched_tokens
+        out.append(tp * (load.queued_prefill_tokens + (own if own > 0 else 0))
+                   + r * (a + b * (load.running + load.owed + 1)))
+    return out
 
 
 def choose_colocated(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
-                     margin_s: float = 0.0, holder: int | None = None) -> Option:
-    costs = [colocated_cost(rates, o, context_tokens) for o in options]
-    return cheapest(options, costs, margin_s=margin_s, holder=holder)
+                     margin: float = 0.0, holder: int | None = None) -> int:
+    """Index of the option to use."""
+    return cheapest(options, colocated_costs(rates, options, context_tokens), margin=margin, holder=holder)
 
 
 def choose_pair(rates: CostRates, prefills: Sequence[Option], decodes: Sequence[Option], *,
-                context_tokens: int, margin_s: float = 0.0,
-                holder: int | None = None) -> tuple[Option, Option]:
-    """PD: the prefill side by its prefill time (its prefix included), the decode side by
-    the concurrency it would join; the two are independent."""
+                context_tokens: int, margin: float = 0.0,
+                holder: int | None = None) -> tuple[int, int]:
+    """PD: indexes of the prefill (by its prefill time, its prefix included) and of the
+    decode (by the concurrency it would join); the two are independent."""
     p = cheapest(prefills, [prefill_seconds(rates, o, context_tokens) for o in prefills],
-                 margin_s=margin_s, holder=holder)
+                 margin=margin, holder=holder)
     d = cheapest(decodes, [decode_seconds(rates, o) for o in decodes])
     return p, d

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import AsyncIterator, Callable
 
 import aiohttp
@@ -64,9 +65,10 @@ async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
     return resp
 
 
-def _record_completion(st: RouterState):
+def _record_completion(st: RouterState, rates: "_ProfileRates"):
     def on_complete(done: Completed) -> None:
         meta = done.final["meta_info"]
+        rates.observe_generated(meta.get("completion_tokens") or 0)
         st.metrics.tokens.labels("prompt").inc(meta.get("prompt_tokens") or 0)
         st.metrics.tokens.labels("cached").inc(meta.get("cached_tokens") or 0)
         st.metrics.tokens.labels("completion").inc(meta.get("completion_tokens") or 0)
@@ -152,18 +154,29 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
 
 class _ProfileRates:
     """The cost policy's rates from the control plane's current profile (fitted by
-    telemetry), so placement and the decision engine use the same numbers; the preset
-    without a control plane (attach mode)."""
+    telemetry), so placement and the decision engine use the same numbers. Without a
+    control plane (attach mode): the preset's hardware costs, with ``r`` (tokens a turn
+    generates) measured here as a moving average of finished items, so the decode side
+    is weighed with this workload's turns, not the preset's."""
+
+    ALPHA = 0.05
 
     def __init__(self, st: RouterState) -> None:
         self.st = st
         self._tracker = None
         self._rates = DEFAULT_RATES
+        self._attached = DEFAULT_RATES
+        self._mean_generated: float | None = None
+
+    def observe_generated(self, tokens: int) -> None:
+        m = self._mean_generated
+        self._mean_generated = float(tokens) if m is None else m + self.ALPHA * (tokens - m)
+        self._attached = replace(DEFAULT_RATES, r=max(1.0, self._mean_generated))
 
     def __call__(self) -> CostRates:
         control = self.st.control
         if control is None:
-            return DEFAULT_RATES
+            return self._attached
         if control.tracker is not self._tracker:  # a new fit (immutable tracker: a new object)
             self._tracker, self._rates = control.tracker, CostRates.from_profile(control.profile())
         return self._rates
@@ -199,7 +212,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
-            on_worker_failure=_on_failure(st), on_complete=_record_completion(st), loads=st.loads)
+            on_worker_failure=_on_failure(st), on_complete=_record_completion(st, rates), loads=st.loads)
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s))
         load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
                       if config.load_poll_interval_s > 0 else None)

@@ -99,7 +99,7 @@ class Dispatcher:
         key = prefix_key(item.input_ids, item.text)
         context = context_tokens(item.input_ids, item.text)
         # This trajectory's next turn is here: it is running work now, no longer owed.
-        self.loads.turn_started((trajectory,) if trajectory is not None else tuple(reversed(key)))
+        self.loads.turn_started(trajectory, key)
         failed: set[int] = set()
         target: Target | None = None
         finished = False

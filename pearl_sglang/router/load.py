@@ -71,14 +71,18 @@ class LoadModel:
                 del self._prefill[slot]
 
     # ---- trajectories between turns ----------------------------------------------------------
-    def turn_started(self, refs: tuple[Hashable, ...]) -> None:
-        """The first of ``refs`` (trajectory id, else prompt blocks, newest first) that is
-        owed somewhere stops being owed: it is running now."""
-        for ref in refs:
-            entry = self._owed.pop(ref, None)
-            if entry is not None:
-                self._uncount(entry.slot)
-                return
+    def turn_started(self, trajectory: str | None, key: tuple[int, ...] = ()) -> None:
+        """The trajectory (by id, else by the newest of its prompt's blocks that is owed)
+        stops being owed: it is running now."""
+        owed = self._owed
+        if not owed:
+            return
+        ref: Hashable | None = trajectory
+        if trajectory is None:
+            ref = next((h for h in reversed(key) if h in owed), None)
+        entry = owed.pop(ref, None) if ref is not None else None
+        if entry is not None:
+            self._uncount(entry.slot)
 
     def turn_ended(self, ref: Hashable | None, slot: int, now: float) -> None:
         if ref is None:
@@ -116,17 +120,16 @@ class LoadModel:
 
     # ---- snapshot --------------------------------------------------------------------------
     def snapshot(self, now: float) -> dict[int, WorkerLoad]:
-        self._expire(now)
-        running = self.inflight.load()
-        slots = set(running) | set(self._prefill) | set(self._owed_per_slot) | set(self._reports)
+        if self._owed:
+            self._expire(now)
+        running, prefill, owed, reports = self.inflight.load(), self._prefill, self._owed_per_slot, self._reports
         out: dict[int, WorkerLoad] = {}
-        for slot in slots:
+        for slot in {*running, *prefill, *owed, *reports}:
             n = running.get(slot, 0)
-            rep = self._reports.get(slot)
-            if rep is not None and now - rep.at <= self.report_ttl_s:
-                n = max(n, rep.requests)
-            out[slot] = WorkerLoad(queued_prefill_tokens=self._prefill.get(slot, 0), running=n,
-                                   owed=float(self._owed_per_slot.get(slot, 0)))
+            rep = reports.get(slot)
+            if rep is not None and now - rep.at <= self.report_ttl_s and rep.requests > n:
+                n = rep.requests
+            out[slot] = WorkerLoad(prefill.get(slot, 0), n, float(owed.get(slot, 0)))
         return out
 
     def state(self, now: float) -> dict[str, dict[str, float]]:

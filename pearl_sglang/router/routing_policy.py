@@ -1,9 +1,9 @@
 """Routing policies: which of the filtered workers takes a request (like sglang-router's
 ``select_worker`` / ``select_worker_pair``).
 
-Every policy sees the same typed candidates (worker, its load, the prefix it holds, when
-it was last assigned, how many prefix blocks it holds) and returns one of them; policies
-never see HTTP or the state table. Three are built in:
+Every policy sees the same typed options (``core.placement.Option``: the worker's slot, its
+load, the prefix it holds, when it was last assigned, how many prefix blocks it holds)
+and returns the index of one; policies never see HTTP or the state table. Three are built in:
 
 * ``cost`` (default): the estimated time of the request on each worker from the runtime
   profile (``core.placement``): prefix-aware prefill, queued prefill, the decode
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 from pearl_sglang.core.placement import CostRates, Option, choose_colocated, choose_pair
-from pearl_sglang.core.state import WorkerRecord
 
 
 class PolicyName(str, Enum):
@@ -35,15 +34,7 @@ class PolicyName(str, Enum):
 POLICY_NAMES = tuple(p.value for p in PolicyName)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    worker: WorkerRecord
-    option: Option
-    tree_blocks: int = 0
-
-
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     key: tuple[int, ...]
     context_tokens: int
     holder: int | None
@@ -51,42 +42,36 @@ class Request:
 
 
 class RoutingPolicy(Protocol):
+    """Policies return indexes into the options they are given."""
+
     name: str
 
-    def select_worker(self, candidates: Sequence[Candidate], request: Request) -> Candidate: ...
+    def select_worker(self, options: Sequence[Option], request: Request) -> int: ...
 
-    def select_pair(self, prefills: Sequence[Candidate], decodes: Sequence[Candidate],
-                    request: Request) -> tuple[Candidate, Candidate]: ...
-
-
-def _by_slot(candidates: Sequence[Candidate], option: Option) -> Candidate:
-    return next(c for c in candidates if c.option.slot == option.slot)
+    def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
+                    request: Request) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True)
 class CostPolicy:
-    """``margin_s``: how much cheaper another worker must be before a trajectory leaves the
-    worker that holds its prefix (no hopping between near-equal workers)."""
+    """``margin``: how much cheaper (relative) another worker must be before a trajectory
+    leaves the worker that holds its prefix (no hopping between near-equal workers)."""
 
-    margin_s: float = 0.05
+    margin: float = 0.05
     name: str = PolicyName.COST.value
 
-    def select_worker(self, candidates: Sequence[Candidate], request: Request) -> Candidate:
-        chosen = choose_colocated(request.rates, [c.option for c in candidates],
-                                  context_tokens=request.context_tokens, margin_s=self.margin_s,
-                                  holder=request.holder)
-        return _by_slot(candidates, chosen)
+    def select_worker(self, options: Sequence[Option], request: Request) -> int:
+        return choose_colocated(request.rates, options, context_tokens=request.context_tokens,
+                                margin=self.margin, holder=request.holder)
 
-    def select_pair(self, prefills: Sequence[Candidate], decodes: Sequence[Candidate],
-                    request: Request) -> tuple[Candidate, Candidate]:
-        p, d = choose_pair(request.rates, [c.option for c in prefills], [c.option for c in decodes],
-                           context_tokens=request.context_tokens, margin_s=self.margin_s,
-                           holder=request.holder)
-        return _by_slot(prefills, p), _by_slot(decodes, d)
+    def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
+                    request: Request) -> tuple[int, int]:
+        return choose_pair(request.rates, prefills, decodes, context_tokens=request.context_tokens,
+                           margin=self.margin, holder=request.holder)
 
 
-def _running(c: Candidate) -> int:
-    return c.option.load.running
+def _least_running(options: Sequence[Option]) -> int:
+    return min(range(len(options)), key=lambda i: (options[i].load.running, options[i].slot))
 
 
 @dataclass(frozen=True)
@@ -96,21 +81,20 @@ class CacheAwarePolicy:
     balance_rel: float = 1.5
     name: str = PolicyName.CACHE_AWARE.value
 
-    def select_worker(self, candidates: Sequence[Candidate], request: Request) -> Candidate:
-        least = min(candidates, key=lambda c: (_running(c), c.option.slot))
-        busiest = max(_running(c) for c in candidates)
-        lowest = _running(least)
+    def select_worker(self, options: Sequence[Option], request: Request) -> int:
+        least = _least_running(options)
+        busiest = max(o.load.running for o in options)
+        lowest = options[least].load.running
         if busiest - lowest > self.balance_abs and busiest > self.balance_rel * lowest:
             return least
-        best = max(candidates, key=lambda c: (c.option.matched_tokens, -c.option.slot))
-        total = max(request.context_tokens, 1)
-        if best.option.matched_tokens / total > self.cache_threshold:
+        best = max(range(len(options)), key=lambda i: (options[i].matched_tokens, -options[i].slot))
+        if options[best].matched_tokens / max(request.context_tokens, 1) > self.cache_threshold:
             return best
-        return min(candidates, key=lambda c: (c.tree_blocks, c.option.slot))
+        return min(range(len(options)), key=lambda i: (options[i].cached_blocks, options[i].slot))
 
-    def select_pair(self, prefills: Sequence[Candidate], decodes: Sequence[Candidate],
-                    request: Request) -> tuple[Candidate, Candidate]:
-        return self.select_worker(prefills, request), min(decodes, key=lambda c: (_running(c), c.option.slot))
+    def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
+                    request: Request) -> tuple[int, int]:
+        return self.select_worker(prefills, request), _least_running(decodes)
 
 
 @dataclass
@@ -120,18 +104,18 @@ class RoundRobinPolicy:
     last: dict[str, int] = field(default_factory=dict)
     name: str = PolicyName.ROUND_ROBIN.value
 
-    def _next(self, pool: str, candidates: Sequence[Candidate]) -> Candidate:
-        ordered = sorted(candidates, key=lambda c: c.option.slot)
+    def _next(self, pool: str, options: Sequence[Option]) -> int:
+        order = sorted(range(len(options)), key=lambda i: options[i].slot)
         prev = self.last.get(pool, -1)
-        chosen = next((c for c in ordered if c.option.slot > prev), ordered[0])
-        self.last[pool] = chosen.option.slot
+        chosen = next((i for i in order if options[i].slot > prev), order[0])
+        self.last[pool] = options[chosen].slot
         return chosen
 
-    def select_worker(self, candidates: Sequence[Candidate], request: Request) -> Candidate:
-        return self._next("worker", candidates)
+    def select_worker(self, options: Sequence[Option], request: Request) -> int:
+        return self._next("worker", options)
 
-    def select_pair(self, prefills: Sequence[Candidate], decodes: Sequence[Candidate],
-                    request: Request) -> tuple[Candidate, Candidate]:
+    def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
+                    request: Request) -> tuple[int, int]:
         return self._next("prefill", prefills), self._next("decode", decodes)
 
 

@@ -14,15 +14,15 @@ worker of its latest turn. Holds only learned affinity and recency, never worker
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from pearl_sglang.core.placement import CostRates, Option, WorkerLoad
+from pearl_sglang.core.placement import IDLE, CostRates, Option, WorkerLoad
 from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
-from pearl_sglang.router.routing_policy import Candidate, Request, RoutingPolicy, make_policy
+from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
 TOKEN_BLOCK = 64
 CHAR_BLOCK = 256  # about TOKEN_BLOCK tokens of text
@@ -60,8 +60,8 @@ class Target:
         return self.decode if self.decode is not None else self.worker  # type: ignore[return-value]
 
 
-def _own_prefill(request: Request, chosen: Candidate) -> int:
-    return max(0, request.context_tokens - chosen.option.matched_tokens)
+def _own_prefill(request: Request, chosen: Option) -> int:
+    return max(0, request.context_tokens - chosen.matched_tokens)
 
 
 def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
@@ -133,24 +133,24 @@ class Selector:
                           holder=self.holder(key, trajectory), rates=self.rates())
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
         if colocated:
-            c = self.routing.select_worker(self._candidates(colocated, loads, key), request)
-            return Target(worker=c.worker, prefill_tokens=_own_prefill(request, c))
+            options = self._options(colocated, loads, key)
+            i = self.routing.select_worker(options, request)
+            return Target(worker=colocated[i], prefill_tokens=_own_prefill(request, options[i]))
         prefills = [w for w in table.active(Role.PREFILL)
                     if w.slot not in excluded and w.endpoint and w.bootstrap_port is not None]
         decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint]
         if not prefills or not decodes:
             raise NoRoute("no active colocated worker and no complete prefill/decode pair")
-        p, d = self.routing.select_pair(self._candidates(prefills, loads, key),
-                                        self._candidates(decodes, loads, ()), request)
-        return Target(prefill=p.worker, decode=d.worker, prefill_tokens=_own_prefill(request, p))
+        p_options = self._options(prefills, loads, key)
+        p, d = self.routing.select_pair(p_options, self._options(decodes, loads, ()), request)
+        return Target(prefill=prefills[p], decode=decodes[d], prefill_tokens=_own_prefill(request, p_options[p]))
 
-    def _candidates(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
-                    key: tuple[int, ...]) -> list[Candidate]:
-        matched = self.matched_tokens(key, {w.slot for w in workers})
-        idle = WorkerLoad()
-        return [Candidate(worker=w, tree_blocks=self._tree_blocks.get(w.slot, 0), option=Option(
-            slot=w.slot, load=loads.get(w.slot, idle), matched_tokens=matched.get(w.slot, 0),
-            last_assigned=self._assigned.get(w.slot, -1))) for w in workers]
+    def _options(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
+                 key: tuple[int, ...]) -> list[Option]:
+        matched = self.matched_tokens(key, {w.slot for w in workers}) if key else {}
+        tree, assigned = self._tree_blocks, self._assigned
+        return [Option(w.slot, loads.get(w.slot, IDLE), matched.get(w.slot, 0), assigned.get(w.slot, -1),
+                       tree.get(w.slot, 0)) for w in workers]
 
     def remember(self, target: Target, key: tuple[int, ...], trajectory: str | None = None) -> None:
         slot = target.prefix_holder.slot
@@ -158,18 +158,32 @@ class Selector:
             self._assignments += 1
             self._assigned[s] = self._assignments
         blocks, tree = self._blocks, self._tree_blocks
-        for h in key:
+        held = self.matched_tokens(key, {slot}).get(slot, 0) // TOKEN_BLOCK
+        added = 0
+        # Tail first, so a key's first blocks are the most recent and eviction takes its
+        # tail first, as a radix cache evicts leaves: what is held stays a prefix.
+        for h in reversed(key[held:]):
             owners = blocks.get(h)
             if owners is None:
                 blocks[h] = {slot: None}
-                tree[slot] = tree.get(slot, 0) + 1
-            else:
-                if slot in owners:
-                    del owners[slot]
-                else:
-                    tree[slot] = tree.get(slot, 0) + 1
+                added += 1
+                continue
+            if slot not in owners:
                 owners[slot] = None
-                blocks.move_to_end(h)
+                added += 1
+            elif len(owners) > 1:  # most recent server last
+                del owners[slot]
+                owners[slot] = None
+            blocks.move_to_end(h)
+        if held:
+            end = blocks[key[held - 1]]
+            if len(end) > 1:
+                del end[slot]
+                end[slot] = None
+            # The prefix it already held: refresh recency only (the loop runs in C).
+            deque(map(blocks.move_to_end, reversed(key[:held])), maxlen=0)
+        if added:
+            tree[slot] = tree.get(slot, 0) + added
         while len(blocks) > self.policy.max_prefix_blocks:
             _, owners = blocks.popitem(last=False)
             for s in owners:
@@ -192,20 +206,31 @@ class Selector:
         return None
 
     def matched_tokens(self, key: tuple[int, ...], slots: set[int]) -> dict[int, int]:
-        """Tokens of ``key``'s prefix that each of ``slots`` holds (chained hashes: holding a
-        block means holding the blocks before it)."""
+        """Tokens of ``key``'s prefix that each of ``slots`` holds. Hashes are chained and
+        a key's blocks are remembered (and evicted, tail first) together, so what a worker
+        holds of a key is a prefix of it: a binary search per worker finds its end."""
         found: dict[int, int] = {}
-        if not key or not self._blocks:
-            return found
         blocks = self._blocks
-        for i in range(len(key) - 1, -1, -1):
-            owners = blocks.get(key[i])
-            if owners:
-                for s in owners:
-                    if s in slots and s not in found:
-                        found[s] = (i + 1) * TOKEN_BLOCK
-                if len(found) == len(slots):
-                    break
+        first = blocks.get(key[0]) if key else None
+        if not first:
+            return found
+        last = len(key) - 1
+        tail = blocks.get(key[last]) or {}
+        for s in first:
+            if s not in slots:
+                continue
+            if s in tail:
+                found[s] = len(key) * TOKEN_BLOCK
+                continue
+            lo, hi = 0, last  # s holds key[lo], not key[hi]
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                owners = blocks.get(key[mid])
+                if owners is not None and s in owners:
+                    lo = mid
+                else:
+                    hi = mid
+            found[s] = (lo + 1) * TOKEN_BLOCK
         return found
 
     def state(self) -> dict[str, object]:

@@ -74,8 +74,8 @@ def test_owed_trajectories_count_until_their_next_turn_or_expiry():
     loads.turn_ended(12345, 1, now=2.0)        # anonymous: the last block of prompt + output
     snap = loads.snapshot(3.0)
     assert (snap[0].owed, snap[1].owed) == (2.0, 1.0)
-    loads.turn_started(("a",))
-    loads.turn_started((999, 12345, 7))        # the next prompt's blocks, newest first
+    loads.turn_started("a")
+    loads.turn_started(None, (7, 12345, 999))  # the next prompt's blocks
     assert loads.snapshot(3.0)[0].owed == 1.0 and 1 not in loads.snapshot(3.0)
     assert 0 not in loads.snapshot(11.5)       # b expired
 
@@ -114,3 +114,34 @@ def test_utilization_counts_busy_time_tokens_and_steps():
     now[0] = 5.0
     assert u.state()["current_step"]["workers"]["1"]["busy_s"] == 1.0
     assert u.current_totals()[1].busy_s == 2.0
+
+
+async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
+    from pearl_sglang.router.app import _ProfileRates
+    from pearl_sglang.router.selection import DEFAULT_RATES
+
+    class _St:
+        control = None
+
+    rates = _ProfileRates(_St())
+    assert rates() == DEFAULT_RATES
+    for _ in range(200):
+        rates.observe_generated(96)
+    assert abs(rates().r - 96) < 1 and rates().b == DEFAULT_RATES.b
+
+
+def test_the_cluster_config_names_the_routing_policy_and_the_flag_wins(tiny_model_dir):
+    from pearl_sglang.control.cluster_config import ConfigError
+    from pearl_sglang.control.state_store import StateStore
+    from pearl_sglang.router.app import build_app
+    from pearl_sglang.router.state import ROUTER
+    from tests.control.conftest import cluster_config
+
+    with pytest.raises(ConfigError, match="routing_policy"):
+        cluster_config(tiny_model_dir, routing_policy="random")
+    cluster = cluster_config(tiny_model_dir, routing_policy="round_robin")
+    store = StateStore(_table(2))
+    assert build_app(RouterConfig(), store, cluster)[ROUTER].selector.routing.name == "round_robin"
+    flag = RouterConfig(routing_policy="cache_aware")
+    assert build_app(flag, store, cluster)[ROUTER].selector.routing.name == "cache_aware"
+    assert build_app(RouterConfig(), store)[ROUTER].selector.routing.name == "cost"

@@ -22,12 +22,26 @@ def test_the_last_server_of_a_prefix_holds_it():
     assert sel.holder((10, 11, 12), trajectory="t") == 3
 
 
-def test_eviction_drops_the_least_recently_used_blocks():
+def test_eviction_drops_the_least_recently_used_blocks_tail_first():
+    """A key's blocks are refreshed together, its first block last, so eviction takes the
+    tail of the least recently used key first (as a radix cache evicts leaves): what a
+    worker is believed to hold stays a prefix."""
     sel = Selector(SelectionPolicy(max_prefix_blocks=4))
     sel.remember(_on(1), (1, 2, 3))
-    sel.remember(_on(2), (4, 5))    # 5 blocks: block 1 goes
-    assert sel.holder((1,)) is None and sel.holder((2,)) == 1
-    sel.remember(_on(3), (2, 6))    # 2 is refreshed, so 3 goes, not 2
-    assert [sel.holder((b,)) for b in (2, 3, 4, 5, 6)] == [3, None, 2, 2, 3]
-    sel.remember(_on(1), tuple(range(100, 110)))  # more than the limit: only its last four stay
-    assert [sel.holder((b,)) for b in (5, 105, 106, 109)] == [None, None, 1, 1]
+    sel.remember(_on(2), (4, 5))    # 5 blocks: block 3, the tail of the older key, goes
+    assert sel.holder((3,)) is None and sel.holder((1, 2)) == 1
+    sel.remember(_on(3), (2, 6))    # 2 is refreshed, so 1 goes next, not 2
+    assert [sel.holder((b,)) for b in (1, 2, 4, 5, 6)] == [None, 3, 2, 2, 3]
+    sel.remember(_on(1), tuple(range(100, 110)))  # more than the limit: only its first four stay
+    assert [sel.holder((b,)) for b in (4, 100, 103, 104, 109)] == [None, 1, 1, None, None]
+
+
+def test_matched_tokens_is_the_prefix_each_worker_holds():
+    sel = Selector()
+    key = tuple(range(1, 11))
+    sel.remember(_on(1), key)
+    sel.remember(_on(2), key[:4])
+    sel.remember(_on(3), key[:1])
+    assert sel.matched_tokens(key, {1, 2, 3, 4}) == {1: 640, 2: 256, 3: 64}
+    assert sel.matched_tokens(key, {2}) == {2: 256}
+    assert sel.matched_tokens((99,) + key, {1, 2}) == {}
