@@ -31,7 +31,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["pearl_sglang*", "pearl_rl_adapter*"]),
-    package_data={"pearl_sglang": ["emulator/profiles/*.json", "data/*"]},
+    package_data={"pearl_sglang": ["emulator/profiles/*.json", "workload/presets/*.json", "data/*"]},
     install_requires=[
         "aiohttp>=3.9",
         "numpy>=1.26",  # the emulator's token model and the workload generator

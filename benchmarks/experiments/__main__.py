@@ -1,4 +1,4 @@
-"""``python -m benchmarks.experiments {all|elastic|pd-sweep|ratio|ablation|sensitivity|reconfig} [--quick]``"""
+"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|reconfig} [--quick] [--preset NAME]``"""
 from __future__ import annotations
 
 import importlib
@@ -8,6 +8,7 @@ import time
 from benchmarks.experiments import runner
 
 EXPERIMENTS = {
+    "scaling": "benchmarks.experiments.scaling",
     "pd-sweep": "benchmarks.experiments.pd_sweep",
     "ratio": "benchmarks.experiments.ratio",
     "elastic": "benchmarks.experiments.elastic",
@@ -15,7 +16,7 @@ EXPERIMENTS = {
     "sensitivity": "benchmarks.experiments.sensitivity",
     "reconfig": "benchmarks.reconfiguration_cost",
 }
-REPLAYS = ("pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
+REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

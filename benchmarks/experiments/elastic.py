@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.experiments.report import COLORS, SYSTEM_LABELS, md_table, pyplot, roles_panel, step_series, write
-from benchmarks.experiments.runner import RESULTS, Job, arg_parser, run_jobs
-from benchmarks.harness.replay import ReplayConfig
 from benchmarks.experiments.floor import over_floor
+from benchmarks.experiments.runner import RESULTS, Job, arg_parser, results_name, run_jobs
+from benchmarks.harness.replay import ReplayConfig
 from benchmarks.harness.systems import SEGMENTS
+from pearl_sglang.workload.presets import DEFAULT_PRESET
 
 NAME = "elastic"
 SYSTEMS = ("roll", "roll-large", "rlboost", "pearl")
@@ -29,7 +30,7 @@ class Plan:
     segments: tuple[int, ...] = tuple(SEGMENTS)
     minutes: float = 120.0
     batch_size: int = 64
-    rewrite_fraction: float = 0.9   # the paper's prefill-heavy regime (workload-and-hardware.md)
+    preset: str = DEFAULT_PRESET    # workload and profiles (the rewrite share is the preset's)
 
 
 QUICK = Plan(models=("qwen3-8b",), segments=(1,), minutes=30.0, batch_size=32)
@@ -44,7 +45,7 @@ def run_name(model: str, segment: int, sys: str) -> str:
 def jobs(plan: Plan) -> list[Job]:
     by_name = {run_name(m, seg, sys): ReplayConfig(
         system=sys, model=m, segment=plan.segments[0] if sys == "roll" else seg, minutes=plan.minutes,
-        batch_size=plan.batch_size, rewrite_fraction=plan.rewrite_fraction)
+        batch_size=plan.batch_size, preset=plan.preset)
         for m in plan.models for seg in plan.segments for sys in SYSTEMS}
     return [Job(name, config) for name, config in by_name.items()]
 
@@ -63,6 +64,8 @@ def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str,
                              "steps": s["measured_steps"], "errors": s["errors"]}
             cell["pearl_vs_rlboost"] = cell["pearl"]["tok_s"] / cell["rlboost"]["tok_s"]
             cell["rollout_over_floor"] = {sys: over_floor(r) for sys, r in runs.items()}
+            cell["busy_busiest_over_mean_max"] = {sys: r["summary"]["busy_busiest_over_mean_max"]
+                                                  for sys, r in runs.items()}
             cell["pearl_topologies"] = sorted({s["topology"] for s in runs["pearl"]["steps"]})
             cell["pearl_borrowed_steps"] = sum(bool(s["borrowing"]) for s in runs["pearl"]["steps"])
             # A wrong join or leave answer fails its replay, so every run here had none.
@@ -71,17 +74,22 @@ def summarize(plan: Plan, results: dict[str, dict[str, Any]]) -> tuple[dict[str,
             rows.append([m, seg, f"{cell['mean_preemptible_workers']:.2f}"]
                         + [f"{cell[sys]['tok_s']:.0f} ({cell[sys]['vs_roll']:.2f}x)" for sys in SYSTEMS]
                         + [f"{cell['pearl_vs_rlboost']:.2f}x", sum(cell[s]["errors"] for s in SYSTEMS)])
-    floor_rows = [[c["model"], c["segment"]] + [f"{c['rollout_over_floor'][sys]:.2f}" for sys in SYSTEMS]
+    def busy(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+    floor_rows = [[c["model"], c["segment"]] + [f"{c['rollout_over_floor'][sys]:.2f}; "
+                                                + busy(c["busy_busiest_over_mean_max"][sys]) for sys in SYSTEMS]
                   for c in summary["cells"]]
-    md_floor = ("\nRollout time of a step over its latency floor (the slowest trajectory alone on an idle worker: "
-                "its environment time plus its tokens at batch 1; `floor.py`), mean over the measured steps. "
-                "1.00 means no allocation of GPUs could have finished the step sooner.\n\n"
+    md_floor = ("\nPer system: rollout time of a step over its latency floor (the slowest trajectory alone on an "
+                "idle worker: its environment time, its uncached prefill and its tokens at batch 1; `floor.py`), "
+                "mean over the measured steps, 1.00 meaning no allocation of GPUs could have finished the step "
+                "sooner; then the worst step's busiest worker's busy time over the pool's mean (1.00: evenly "
+                "loaded).\n\n"
                 + md_table(["model", "segment"] + [SYSTEM_LABELS[s] for s in SYSTEMS], floor_rows))
     checked = sum(n for c in summary["cells"] for n in c["trace_answers_checked"].values())
     md_floor += (f"\n\nTrace join and leave answers checked against the cluster's table: {checked} "
                  "(RLBoost+ and PEARL follow the trace), none wrong (a wrong one fails its replay).\n")
     md = (f"# Elastic replay (Figures 5 and 6)\n\nWindows of {plan.minutes:g} min, batch {plan.batch_size}, "
-          f"rewrite_fraction {plan.rewrite_fraction} (prefill-heavy regime). Mean step throughput in tok/s "
+          f"preset `{plan.preset}`. Mean step throughput in tok/s "
           f"(ratio to ROLL). Paper: {PAPER_SPEEDUP}.\n\n"
           + md_table(["model", "segment", "mean preemptible workers"] + [SYSTEM_LABELS[s] for s in SYSTEMS]
                      + ["PEARL / RLBoost+", "request errors"], rows) + md_floor)
@@ -144,12 +152,12 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None) -> int:
     parser.add_argument("--segments", nargs="+", type=int, default=None, choices=sorted(SEGMENTS))
     args = parser.parse_args(argv)
     is_quick = bool(args.quick or quick)
-    plan = QUICK if is_quick else Plan()
+    plan = Plan(**{**(QUICK if is_quick else Plan()).__dict__, "preset": args.preset})
     if args.models:
         plan = Plan(**{**plan.__dict__, "models": tuple(args.models)})
     if args.segments:
         plan = Plan(**{**plan.__dict__, "segments": tuple(args.segments)})
-    name = NAME + ("-quick" if is_quick else "")
+    name = results_name(NAME, quick=is_quick, preset=args.preset)
     results = run_jobs(name, jobs(plan), parallel=args.parallel)
     summary, md = summarize(plan, results)
     write(name, summary, md)

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.experiments.runner import Job
+from benchmarks.experiments.runner import Job, results_name
 from benchmarks.harness.replay import ReplayConfig
+from pearl_sglang.workload.presets import DEFAULT_PRESET
 
 CACHE = "fixed"
-REWRITE = 0.9  # the paper's prefill-heavy regime
 # A warm-up step (cold caches, workers starting) and one measured step. Every fixed
 # experiment uses the same count, so the runs they have in common are run once.
 STEPS = 2
 
 
-def cache(quick: bool) -> str:
+def cache(quick: bool, preset: str = DEFAULT_PRESET) -> str:
     """The shared run cache; quick runs keep their own (not committed: a fresh clone
-    measures them afresh)."""
-    return CACHE + ("-quick" if quick else "")
+    measures them afresh), and so does each preset other than the default."""
+    return results_name(CACHE, quick=quick, preset=preset)
 
 
 def mode_label(pd_mode: str, gpus: int) -> str:
@@ -37,13 +37,16 @@ def splits(workers: int) -> list[str]:
 
 
 def job(*, gpus: int, pd_mode: str, batch: int, steps: int = STEPS, system: str = "pearl-no-borrow",
-        rewrite: float = REWRITE, max_len: int = 32768, model: str = "qwen3-8b") -> Job:
-    """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing."""
-    name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}-r{rewrite:g}"
+        preset: str = DEFAULT_PRESET, rewrite: float | None = None, max_len: int = 32768,
+        model: str = "qwen3-8b") -> Job:
+    """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing.
+    The workload and profiles are the preset's (``rewrite`` overrides its rewrite share)."""
+    name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}"
+    name += f"-r{rewrite:g}" if rewrite is not None else ""
     name += f"-len{max_len}" if max_len != 32768 else ""
     name += f"-{model}" if model != "qwen3-8b" else ""
     config = ReplayConfig(system=system, model=model, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
-                          batch_size=batch, steps=steps, rewrite_fraction=rewrite, segment=1,
+                          batch_size=batch, steps=steps, preset=preset, rewrite_fraction=rewrite, segment=1,
                           workload={"max_trajectory_tokens": max_len} if max_len != 32768 else {})
     return Job(name, config)
 

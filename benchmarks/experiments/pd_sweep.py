@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, write
-from benchmarks.experiments.runner import RESULTS, arg_parser, run_jobs
+from benchmarks.experiments.floor import UTILIZATION_HEADERS, utilization_cells
+from benchmarks.experiments.runner import RESULTS, arg_parser, results_name, run_jobs
 
 NAME = "pd-sweep"
 GPUS = 16
@@ -19,14 +20,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the paper swept Qwen3-30B-A3B; Qwen3-8B at batch 64 is also in the ratio selection")
     args = parser.parse_args(argv)
     if args.quick:
-        batches, modes, name = (64,), ["colocated", "2:6", "4:4", "6:2"], NAME + "-quick"
-        models = ["qwen3-8b"]
+        batches, modes, models = (64,), ["colocated", "2:6", "4:4", "6:2"], ["qwen3-8b"]
     else:
-        batches, modes, name, models = (32, 64, 128), fixed.splits(GPUS // 2), NAME, args.models
-    grid = {(m, b, x): fixed.job(gpus=GPUS, pd_mode=x, batch=b, model=m)
+        batches, modes, models = (32, 64, 128), fixed.splits(GPUS // 2), args.models
+    name = results_name(NAME, quick=args.quick, preset=args.preset)
+    grid = {(m, b, x): fixed.job(gpus=GPUS, pd_mode=x, batch=b, model=m, preset=args.preset)
             for m in models for b in batches for x in modes}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel,
-                       cache_dir=fixed.cache(args.quick))
+                       cache_dir=fixed.cache(args.quick, args.preset))
     tput = {k: fixed.rollout_tok_s(results[j.name]) for k, j in grid.items()}
     md, cells = "# PD sweep (Figure 2c)\n", []
     plt = pyplot()
@@ -38,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
             for b in batches:
                 v, col = tput[(m, b, x)], tput[(m, b, "colocated")]
                 best = v == max(tput[(m, b, y)] for y in modes)
-                row.append(f"{v:.0f} ({v / col:.2f}x)" + (" **best**" if best else ""))
+                busy, over = utilization_cells(results[grid[(m, b, x)].name])
+                row.append(f"{v:.0f} ({v / col:.2f}x; {busy}; {over})" + (" **best**" if best else ""))
                 cells.append({"model": m, "batch": b, "pd_mode": x, "label": fixed.mode_label(x, GPUS),
                               "rollout_tok_s": v, "vs_colocated": v / col})
             rows.append(row)
-        md += (f"\n## {m}\n\n8 TP2 workers (16 GPUs), rewrite_fraction {fixed.REWRITE} (prefill-heavy), {fixed.STEPS} steps "
-               f"(the first excluded). Rollout throughput in generated tok/s (ratio to colocated).\n\n"
+        md += (f"\n## {m}\n\n8 TP2 workers (16 GPUs), preset `{args.preset}`, {fixed.STEPS} steps "
+               f"(the first excluded). Rollout throughput in generated tok/s (ratio to colocated; "
+               f"{UTILIZATION_HEADERS[0]}; {UTILIZATION_HEADERS[1]}).\n\n"
                + md_table(["configuration"] + [f"batch {b}" for b in batches], rows))
         for b in batches:
             ax.plot([fixed.mode_label(x, GPUS) for x in modes],
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.legend(fontsize=7)
     md += ("\nPaper (Qwen3-30B-A3B): the best split beats colocation by 9.7% at batch 32, 1.4% at 80, and loses "
            "by 6.1% at 96; the best split moves from 4P4D (batch 48) to 5P3D (batch 64).\n")
-    write(name, {"batches": batches, "modes": modes, "steps": fixed.STEPS, "models": models, "cells": cells}, md)
+    write(name, {"preset": args.preset, "batches": batches, "modes": modes, "steps": fixed.STEPS, "models": models, "cells": cells}, md)
     fig.tight_layout()
     fig.savefig(RESULTS / name / "pd_sweep.png", dpi=110)
     plt.close(fig)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness.replay import ReplayConfig, replay
+from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -22,7 +23,15 @@ def arg_parser(name: str, doc: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.experiments {name}", description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a reduced run, into results/<experiment>-quick/")
     parser.add_argument("--parallel", type=int, default=2, help="replays run at once (processes)")
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=available_presets(),
+                        help="workload and worker profiles; results of another than the default go to "
+                             "results/<experiment>[-quick]-<preset>/")
     return parser
+
+
+def results_name(name: str, *, quick: bool, preset: str) -> str:
+    """``ratio``, ``ratio-quick``, ``ratio-env-bound``: one folder per variant and regime."""
+    return name + ("-quick" if quick else "") + ("" if preset == DEFAULT_PRESET else f"-{preset}")
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 from pearl_sglang.workload import AgenticRLDriver, DriverConfig, SweWorkload, TrainerProfile, admin_hooks
 from pearl_sglang.workload.results import StepResult
 from pearl_sglang.workload.timebase import EmulatedTime
+from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets, load_preset
 from pearl_sglang.workload.trace import BAMBOO_P3, mean_workers, read_bamboo, worker_targets
 
 log = logging.getLogger("pearl.replay")
@@ -79,8 +80,10 @@ class ReplayConfig:
     minutes: float = SEGMENT_LENGTH_S / 60
     batch_size: int = 64
     group_size: int = 16
-    rewrite_fraction: float = 0.0              # 0: cache-friendly regime; ~0.5-0.9 prefill-heavy
-    workload: dict[str, Any] = field(default_factory=dict)  # other SweWorkload fields
+    preset: str = DEFAULT_PRESET               # workload and profiles (pearl_sglang/workload/presets)
+    rewrite_fraction: Optional[float] = None   # None: the preset's; 0 cache-friendly, ~0.9 prefill-heavy
+    workload: dict[str, Any] = field(default_factory=dict)  # other SweWorkload fields over the preset's
+    emulator_profile_path: Optional[str] = None  # a profile JSON instead of the preset's (calibration)
     train_step_s: Optional[float] = None       # default: the model's
     max_preemptible_workers: int = 6
     steps: Optional[int] = None                # stop after this many steps (else the window)
@@ -96,6 +99,15 @@ class ReplayConfig:
     dedicated_gpus: Optional[int] = None       # reserved rollout GPUs (even)
     follow_trace: Optional[bool] = None        # False: no preemptible GPUs
     pd_mode: Optional[str] = None              # auto, colocated, disaggregated or "P:D"
+
+    def sweworkload(self) -> SweWorkload:
+        """The preset's workload with this run's batch, seed and overrides."""
+        extra = {} if self.rewrite_fraction is None else {"rewrite_fraction": self.rewrite_fraction}
+        return load_preset(self.preset).sweworkload(batch_size=self.batch_size, group_size=self.group_size,
+                                                    seed=self.seed, **extra, **self.workload)
+
+    def emulator_profile(self) -> str:
+        return self.emulator_profile_path or load_preset(self.preset).profile_for(self.model)
 
     def start_h(self) -> float:
         if self.trace_start_h is not None:
@@ -131,12 +143,13 @@ def _gpus(prefix: str, n: int) -> list[str]:
 
 def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> dict[str, Any]:
     m = model(config.model)
-    profile = core_profile(config.model, config.batch_size)
+    emulator_profile = config.emulator_profile()
+    profile = core_profile(config.model, config.batch_size, emulator_profile=emulator_profile)
     data = {
         "engine": {"kind": "emulator", "model_path": str(model_dir), "tp_size": 2, "weight_version": "step-init",
                    # time_scale 1: the workers' clock is the (virtual) event loop's clock
                    # The in-process launcher waits the profile's cold start before the port opens.
-                   "emulator": {"profile": m.emulator_profile, "time_scale": 1, "seed": config.seed,
+                   "emulator": {"profile": emulator_profile, "time_scale": 1, "seed": config.seed,
                                 "engine_stepping": config.engine_stepping,
                                 **({} if config.cold_start else {"cold_start": 0})}},
         "zones": {"dedicated": _gpus("reserved", sysdef.rollout_gpus),
@@ -306,8 +319,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
             async with AsyncPearlClient(url, config=client_config) as client:
                 t0 = loop.time()
                 recorder = Recorder(client, t0, window_s, verbose=verbose)
-                workload = SweWorkload(batch_size=config.batch_size, group_size=config.group_size, seed=config.seed,
-                                       rewrite_fraction=config.rewrite_fraction, **config.workload)
+                workload = config.sweworkload()
                 driver = AgenticRLDriver(
                     url, workload=workload,
                     trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
@@ -327,6 +339,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
                 await driver.run()
                 end_s = loop.time() - t0
                 final_state = recorder.last_state
+                engines = engine_phases(launchers)
         finally:
             for task in tasks:
                 task.cancel()
@@ -349,10 +362,17 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         "reconfiguration_phases": control.get("phases", {}),
         "migrations": (final_state or {}).get("migrations"),
         "launches": sum(lc.launches for lc in launchers),
+        "engines": engines,
         "run": {"virtual_s": end_s, "bootstrap_virtual_s": boot_s, "real_s": time.perf_counter() - real0,
                 "cpu_s": time.process_time() - cpu0, "loop": asdict(stats) if stats else None,
                 "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024},
     }
+
+
+def engine_phases(launchers: list[InProcessEmulatorLauncher]) -> list[dict[str, Any]]:
+    """Each running emulated worker's tokens and seconds by phase (``emulator.stats``)."""
+    return [{"slot": slot, "tp_size": lc.worker(slot).profile.tp_size, **lc.worker(slot).engine.stats.phases()}
+            for lc in launchers for slot in lc.slots()]
 
 
 # Prompts are lists of ~10^4 ints, and every young-generation collection traverses the
@@ -378,7 +398,7 @@ def _answers_line(answers: dict[str, Any] | None) -> str:
             f"{len(answers['wrong'])} wrong")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.replay", description=__doc__.splitlines()[0])
     parser.add_argument("--system", default="pearl",
                         help="roll, roll-large (the segment's size) or roll-large-N, rlboost, pearl, "
@@ -393,7 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=SEGMENT_LENGTH_S / 60)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--group-size", type=int, default=16)
-    parser.add_argument("--rewrite-fraction", type=float, default=0.0)
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=available_presets(),
+                        help="workload and worker profiles (pearl_sglang/workload/presets)")
+    parser.add_argument("--rewrite-fraction", type=float, default=None,
+                        help="share of the context re-prefilled per turn (default: the preset's)")
     parser.add_argument("--train-step-s", type=float, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -407,16 +430,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the result JSON here")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--profile", default=None, help="write a cProfile of the run here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ReplayConfig:
+    return ReplayConfig(system=args.system, model=args.model, segment=args.segment,
+                        trace_start_h=args.trace_start_h, trace_file=args.trace_file,
+                        max_preemptible_workers=args.max_preemptible_workers,
+                        minutes=args.minutes, batch_size=args.batch_size,
+                        group_size=args.group_size, preset=args.preset, rewrite_fraction=args.rewrite_fraction,
+                        train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
+                        stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
+                        worker_transport=args.worker_transport, engine_stepping=args.engine_stepping)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s %(message)s")
-    config = ReplayConfig(system=args.system, model=args.model, segment=args.segment,
-                          trace_start_h=args.trace_start_h, trace_file=args.trace_file,
-                          max_preemptible_workers=args.max_preemptible_workers,
-                          minutes=args.minutes, batch_size=args.batch_size,
-                          group_size=args.group_size, rewrite_fraction=args.rewrite_fraction,
-                          train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
-                          stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
-                          worker_transport=args.worker_transport, engine_stepping=args.engine_stepping)
+    config = config_from_args(args)
     if args.profile:
         import cProfile
 
@@ -427,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         result = replay(config, verbose=not args.quiet)
     s, run = result["summary"], result["run"]
     where = config.trace_file or f"segment {config.segment}"
-    print(f"{config.system} {config.model} {where} ({result['config']['trace_start_h']} h, "
+    print(f"{config.system} {config.model} preset {config.preset} {where} "
+          f"({result['config']['trace_start_h']} h, "
           f"{config.minutes:g} min): {s['steps']} steps, mean {s['mean_throughput_tok_s']:.0f} tok/s "
           f"(token-weighted {s['token_weighted_throughput_tok_s']:.0f}), errors {s['errors']}, "
           f"busiest/mean busy per step max {s['busy_busiest_over_mean_max']}; "

@@ -23,7 +23,8 @@ from pearl_sglang.demo import stack as stack_mod
 from pearl_sglang.demo.config import DemoConfig
 from pearl_sglang.demo.replay import TraceReplayer
 from pearl_sglang.demo.report import Reporter
-from pearl_sglang.workload import AgenticRLDriver, DriverConfig, SweWorkload, TrainerProfile, admin_hooks
+from pearl_sglang.workload import AgenticRLDriver, DriverConfig, TrainerProfile, admin_hooks
+from pearl_sglang.workload.presets import load_preset
 from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trace import BAMBOO_P3, mean_workers, read_bamboo, worker_targets
 
@@ -37,7 +38,7 @@ async def run(config: DemoConfig) -> int:
                              start_s=config.trace_start_h * 3600, length_s=length_s)
     follows_trace = config.system != "roll"
     print(f"PEARL demo: system={config.system}, {config.minutes:g} emulated minutes at {config.time_scale:g}x, "
-          f"batch {config.batch_size} in groups of {config.group_size}; preemptible workers "
+          f"batch {config.batch_size} in groups of {config.group_size}, preset {config.preset}; preemptible workers "
           f"{'follow the Bamboo p3 trace, mean %.1f' % mean_workers(targets, length_s) if follows_trace else 'off'}; "
           f"run folder {run_dir}", flush=True)
     stack = await stack_mod.start(config, run_dir)
@@ -47,7 +48,8 @@ async def run(config: DemoConfig) -> int:
             reporter = Reporter(client, clock)
             driver = AgenticRLDriver(
                 stack.url,
-                workload=SweWorkload(batch_size=config.batch_size, group_size=config.group_size, seed=config.seed),
+                workload=load_preset(config.preset).sweworkload(batch_size=config.batch_size,
+                                                                group_size=config.group_size, seed=config.seed),
                 trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s),
                 config=DriverConfig(request_timeout_s=600.0), time=clock,
                 hooks=admin_hooks(client, model_path=str(stack.model_dir), run_id="demo"),

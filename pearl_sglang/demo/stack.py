@@ -32,7 +32,7 @@ def write_cluster(config: DemoConfig, run: Path) -> tuple[Path, Path]:
     profile = qwen3_8b_tp2(B=config.batch_size)
     cluster = {
         "engine": {"kind": "emulator", "model_path": str(model), "tp_size": 2, "weight_version": "step-init",
-                   "emulator": {"profile": config.profile, "time_scale": config.time_scale,
+                   "emulator": {"profile": config.worker_profile, "time_scale": config.time_scale,
                                 "seed": config.seed}},
         "launcher": {"kind": "local", "log_dir": str(run / "logs")},
         "zones": {"dedicated": [f"reserved0:{i}" for i in range(2 * config.dedicated_workers)],

@@ -1,4 +1,9 @@
-"""Counters behind /metrics and /v1/loads (gen_throughput over a sliding window)."""
+"""Counters behind /metrics and /v1/loads (gen_throughput over a sliding window).
+
+The phase counters split busy time between iterations that prefill (alone or mixed with
+decode) and decode-only ones, the way a timeline of the engine shows them: the paper's
+Figure 2(b) measures prefill's share of tokens and of time, and decode's rate between
+prefill insertions, from exactly that split."""
 from __future__ import annotations
 
 from collections import deque
@@ -20,14 +25,25 @@ class Stats:
         self.busy_s = 0.0
         self.kv_bytes = 0
         self.kv_transfers = 0
+        self.prefill_tokens = 0          # prompt tokens computed (not served from the cache)
+        self.prefill_iteration_s = 0.0   # iterations that prefill, mixed ones included
+        self.decode_only_s = 0.0
+        self.decode_only_tokens = 0
         self._window: deque[tuple[float, int, float]] = deque()
 
     def iteration(self, t: float, it: Iteration, tokens: int) -> None:
-        self.record(t, it.duration, tokens)
+        self.record(t, it.duration, tokens, prefill_tokens=sum(n for _, n in it.prefill))
 
-    def record(self, t: float, duration: float, tokens: int) -> None:
-        """An iteration of ``duration`` seconds that ended at ``t`` with ``tokens`` tokens."""
+    def record(self, t: float, duration: float, tokens: int, *, prefill_tokens: int = 0) -> None:
+        """An iteration of ``duration`` seconds that ended at ``t`` with ``tokens`` tokens
+        generated and ``prefill_tokens`` prompt tokens computed."""
         self.iterations += 1
+        if prefill_tokens:
+            self.prefill_tokens += prefill_tokens
+            self.prefill_iteration_s += duration
+        else:
+            self.decode_only_s += duration
+            self.decode_only_tokens += tokens
         self.busy_s += duration
         self.generation_tokens += tokens
         self._window.append((t, tokens, duration))
@@ -39,6 +55,12 @@ class Stats:
         self.cached_tokens += h.cached_tokens
         if h.finish_reason is not None and h.finish_reason.type == "abort":
             self.aborted += 1
+
+    def phases(self) -> dict[str, float]:
+        """Tokens and seconds by phase, for a timeline-style split of the worker's work."""
+        return {"prefill_tokens": self.prefill_tokens, "generated_tokens": self.generation_tokens,
+                "prefill_iteration_s": self.prefill_iteration_s, "decode_only_s": self.decode_only_s,
+                "decode_only_tokens": self.decode_only_tokens, "busy_s": self.busy_s}
 
     def kv_transfer(self, nbytes: int) -> None:
         self.kv_bytes += nbytes

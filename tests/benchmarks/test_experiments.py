@@ -100,7 +100,7 @@ def test_fixed_experiments_share_the_runs_they_have_in_common():
         return {j.name for _, _, jobs in runner.plan_jobs(module.main, []) for j in jobs}
 
     ratio_runs, ablation_runs, sensitivity_runs = names(ratio), names(ablation), names(sensitivity)
-    assert {f"pearl-no-borrow-g{g}-{m}-b64-s{fixed.STEPS}-r0.9" for g in (4, 8, 16) for m in ("colocated", "auto")} \
+    assert {f"pearl-no-borrow-g{g}-{m}-b64-s{fixed.STEPS}" for g in (4, 8, 16) for m in ("colocated", "auto")} \
         <= ratio_runs & ablation_runs
-    assert {f"pearl-no-borrow-g8-colocated-b64-s{fixed.STEPS}-r0.9", f"pearl-g8-auto-b64-s{fixed.STEPS}-r0.9"} \
+    assert {f"pearl-no-borrow-g8-colocated-b64-s{fixed.STEPS}", f"pearl-g8-auto-b64-s{fixed.STEPS}"} \
         <= sensitivity_runs & (ratio_runs | ablation_runs)

@@ -51,7 +51,14 @@ def test_worker_transports_replay_the_same_steps(pd_mode):
     if pd_mode == "disaggregated":  # the prefill's one-document call went in-process too
         assert all(set(s["topology"]) & {"P"} for s in runs["in-process"]["steps"]), steps
     assert runs["in-process"]["run"]["virtual_s"] == runs["http"]["run"]["virtual_s"]
-    assert runs["in-process"]["summary"] == runs["http"]["summary"]
+    # The router's per-worker busy time comes from when chunks reach it, which the transport
+    # can shift by a fraction of an iteration: equal within 0.1%, the rest exactly.
+    busy = ("busy_busiest_over_mean_max", "busy_busiest_over_mean_mean")
+    summaries = {t: r["summary"] for t, r in runs.items()}
+    assert {k: v for k, v in summaries["in-process"].items() if k not in busy} == \
+        {k: v for k, v in summaries["http"].items() if k not in busy}
+    for k in busy:
+        assert summaries["in-process"][k] == pytest.approx(summaries["http"][k], rel=1e-3)
 
 
 @pytest.mark.parametrize("pd_mode", ["colocated", "disaggregated"])

@@ -81,3 +81,23 @@ def test_colocated_decode_slows_when_prefills_arrive() -> None:
     hs = [e.submit(gen(f"m{i}", prompt(i, 2048), 50)) for i in range(8)]
     mixed.run()
     assert all(len(h.output_ids) == 50 for h in hs)
+
+
+@pytest.mark.parametrize("stepping", [True, False])
+def test_phase_counters_split_prefill_from_decode(stepping: bool) -> None:
+    """Figure 2(b)'s measurement: computed prompt tokens and the time of iterations that
+    prefill, against decode-only iterations (stretches included) and their tokens."""
+    c = VirtualCluster()
+    e = c.add_engine(Q8, EngineConfig(prefix_cache=False, decode_stretches=stepping))
+    hs = [e.submit(gen(f"r{i}", prompt(i, 3000), 200)) for i in range(4)]
+    c.run()
+    p = e.stats.phases()
+    assert p["prefill_tokens"] == 4 * 3000
+    assert p["generated_tokens"] == sum(len(h.output_ids) for h in hs) == 800
+    assert p["prefill_iteration_s"] + p["decode_only_s"] == pytest.approx(p["busy_s"])
+    assert p["prefill_iteration_s"] == pytest.approx(
+        sum(Q8.cost.prefill_fixed_s + Q8.cost.prefill_tokens_s(3000, 0) for _ in range(4)), rel=0.05)
+    # every token but each request's first (sampled at the end of its prefill) is decode-only
+    assert p["decode_only_tokens"] == 800 - 4
+    rate = p["decode_only_tokens"] / p["decode_only_s"]
+    assert rate == pytest.approx(4 / Q8.cost.decode_s(4, 4 * 3100), rel=0.1)

@@ -1,0 +1,1 @@
+"""Fitting the emulated regime to the paper's section 3 measurements (``python -m benchmarks.calibrate``)."""
