@@ -91,5 +91,5 @@ async def test_gate_explores_and_reports_prediction_and_learned_cost(tiny_model_
 async def test_exploration_rate_is_validated(tiny_model_dir):
     import pytest
     from pearl_sglang.control.cluster_config import ConfigError
-    with pytest.raises(ConfigError, match="rate"):
+    with pytest.raises(ConfigError, match=r"exploration rate must be in \[0, 1\]"):
         cluster_config(tiny_model_dir, gate={"exploration_rate": 2.0})
