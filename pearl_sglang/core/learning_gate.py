@@ -16,9 +16,12 @@ Two ways give the estimator that second kind of observation:
 
 We explore, bounded two ways (``Exploration``): at most ``rate`` of the gate's calls
 (counted deterministically, no random state, so a replay is reproducible and the bound
-holds at every prefix), and only when the predicted benefit is at most
-``max_benefit_ratio`` times the current cost estimate, so a step where borrowing clearly
-pays is never given up.  ``rate = 0`` is equation (7) with the learned cost.
+holds at every prefix), and only when the decision is close: the predicted benefit is
+within ``max_benefit_ratio`` times the current cost estimate, either way.  A gate that
+would borrow on such a benefit runs the step unborrowed; a gate that would refuse it
+borrows (the mirror problem: a gate that never borrows never learns the cost either).
+A step where borrowing clearly pays is never given up, and borrowing is never tried when
+the benefit is far below the cost.  ``rate = 0`` is equation (7) with the learned cost.
 Exploration also stops once both kinds of step have been seen ``min_observations``
 times, unless ``keep_exploring`` (the workload drifts; a little exploration keeps the
 estimate current).
@@ -100,16 +103,20 @@ class LearningGate:
 
         ``gate`` must have been computed with this gate's ``toggle_cost_s``."""
         calls = self.calls + 1
-        small = gate.benefit_s <= self.exploration.max_benefit_ratio * self.toggle_cost_s
+        ratio, cost = self.exploration.max_benefit_ratio, self.toggle_cost_s
+        if gate.borrow:
+            close = gate.benefit_s <= ratio * cost
+        else:
+            close = gate.benefit_s > 0 and gate.benefit_s * ratio >= cost
         budget = self.explored + 1 <= self.exploration.rate * calls
-        explore = gate.borrow and small and budget and self._wants_observations()
+        explore = close and budget and self._wants_observations()
         nxt = replace(self, calls=calls, explored=self.explored + int(explore))
-        if explore:
-            why = (f"explore: not borrowing to measure an unborrowed step; predicted benefit "
-                   f"{gate.benefit_s:.4g} s <= {self.exploration.max_benefit_ratio:g} x T_toggle "
-                   f"({self.toggle_cost_s:.4g} s); {nxt.explored}/{calls} steps explored; {gate.reason}")
-            return nxt, GateChoice(False, True, gate, why)
-        return nxt, GateChoice(gate.borrow, False, gate, gate.reason)
+        if not explore:
+            return nxt, GateChoice(gate.borrow, False, gate, gate.reason)
+        what = "not borrowing to measure an unborrowed step" if gate.borrow else "borrowing to measure a borrowed step"
+        why = (f"explore: {what}; predicted benefit {gate.benefit_s:.4g} s is within {ratio:g}x of "
+               f"T_toggle ({cost:.4g} s); {nxt.explored}/{calls} steps explored; {gate.reason}")
+        return nxt, GateChoice(not gate.borrow, True, gate, why)
 
     def observe(self, *, borrowed: bool, observed_s: float, predicted_s: float) -> "LearningGate":
         """Fold in one finished step: its duration and the prediction for what ran."""
