@@ -49,6 +49,7 @@ from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGME
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.core.prediction_error import mape, new_prediction
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
 from pearl_sglang.demo.report import label, roles
@@ -199,6 +200,7 @@ class Recorder:
     samples: list[dict[str, Any]] = field(default_factory=list)
     last_state: dict[str, Any] = field(default_factory=dict)
     verbose: bool = False
+    _predicted_steps: set = field(default_factory=set)
 
     def now(self) -> float:
         return asyncio.get_running_loop().time() - self.t0
@@ -231,6 +233,9 @@ class Recorder:
             "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
             # The router's per-worker utilization of this step's rollout (closed at train_begin).
             "utilization": (self.last_state.get("utilization") or {}).get("last_step"),
+            # Predicted vs observed duration of the control plane's last closed step (train_begin
+            # to train_begin) for the configuration that ran; None when none closed since.
+            "prediction": new_prediction(control.get("step_predictions") or [], self._predicted_steps),
         }
         self.steps.append(row)
         if self.verbose:
@@ -260,6 +265,9 @@ def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
         # Busiest worker's busy time over the mean, per step: an idle part of the pool shows here.
         "busy_busiest_over_mean_max": max(balance) if balance else None,
         "busy_busiest_over_mean_mean": sum(balance) / len(balance) if balance else None,
+        # Mean absolute percentage error of the makespan model over every recorded step.
+        "prediction_mape": mape((p["predicted_s"], p["observed_s"]) for s in steps if (p := s.get("prediction"))),
+        "predicted_steps": sum(1 for s in steps if s.get("prediction")),
     }
 
 

@@ -144,6 +144,21 @@ class GateConfig:
     alpha: float = 0.3
     enabled: bool = True
     borrow: bool = True
+    # Bounded exploration (``core.learning_gate``): at most this fraction of gate calls
+    # run unborrowed when equation (7) says borrow but the predicted benefit is at most
+    # ``explore_max_benefit_ratio`` times the learned toggle cost.  0 keeps equation (7)
+    # exactly (today's replays); see docs/decisions.md for why and when to raise it.
+    exploration_rate: float = 0.0
+    explore_max_benefit_ratio: float = 2.0
+
+    def __post_init__(self) -> None:
+        from pearl_sglang.core.errors import InvalidConfig
+        from pearl_sglang.core.learning_gate import Exploration
+
+        try:
+            Exploration(rate=self.exploration_rate, max_benefit_ratio=self.explore_max_benefit_ratio)
+        except InvalidConfig as e:
+            raise ConfigError(f"gate: {e}") from e
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from pearl_sglang.core.events import (
     BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
+from pearl_sglang.core.learning_gate import Exploration, LearningGate
 from pearl_sglang.core.planner import Plan, plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
@@ -62,7 +63,11 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         self.phases: PhaseLog = executor.phases
         self.on_decision = on_decision
         self.tracker = ProfileTracker(alpha=config.gate.alpha)
-        self.toggle = ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha)
+        self.learning_gate = LearningGate(
+            ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha),
+            Exploration(rate=config.gate.exploration_rate, max_benefit_ratio=config.gate.explore_max_benefit_ratio))
+        # Predicted vs observed duration of each finished step, for the configuration that ran.
+        self.step_predictions: deque[dict[str, Any]] = deque(maxlen=50)
         # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
         self.snapshot = WeightSnapshot(version=config.engine.weight_version,
                                        model_path=config.engine.model_path or None)
@@ -333,8 +338,12 @@ class Orchestrator(WeightPushes, GrowthRecovery):
                 log.warning("telemetry did not fit: %s", e)
         if self._last_step_at is not None and self._last_prediction_s is not None:
             observed = (now - self._last_step_at) * self.config.time_scale
-            self.toggle = self.toggle.observe(borrowed=self.borrowing, observed_s=observed,
-                                              predicted_s=self._last_prediction_s)
+            predicted = self._last_prediction_s
+            self.learning_gate = self.learning_gate.observe(borrowed=self.borrowing, observed_s=observed,
+                                                            predicted_s=predicted)
+            self.step_predictions.append({"step": self.last_step["finished"], "borrowed": self.borrowing,
+                                          "predicted_s": predicted, "observed_s": observed,
+                                          "error": (observed - predicted) / observed if observed > 0 else None})
         self._last_step_at = now
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
@@ -365,9 +374,11 @@ class Orchestrator(WeightPushes, GrowthRecovery):
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
         ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
-                                             toggle_cost_s=self.toggle.estimate_s, remaining=remaining)
+                                             toggle_cost_s=self.learning_gate.toggle_cost_s, remaining=remaining)
         if decision is not None:
-            self.decisions.append({"operation": "borrow_gate", **decision.to_dict()})
+            self.learning_gate, choice = self.learning_gate.choose(decision)
+            ok, reason = choice.borrow, choice.reason
+            self.decisions.append({"operation": "borrow_gate", **choice.to_dict()})
         return ok, reason
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
@@ -426,6 +437,10 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         await self._cancel_growth(by="shutdown")
         await self.groups.close()
 
+    def prediction_state(self) -> dict[str, Any]:
+        """What the gate learned and how well the model predicted the finished steps."""
+        return {"gate": self.learning_gate.describe(), "step_predictions": list(self.step_predictions)[-10:]}
+
     def state(self) -> dict[str, Any]:
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
                 "last_step": self.last_step, "recovery": self.recovery,
@@ -433,4 +448,5 @@ class Orchestrator(WeightPushes, GrowthRecovery):
                 "pushes": {"number": self.pushes.number, "max_staleness": self.pushes.max_staleness,
                            "servable_versions": list(self.pushes.versions)},
                 "training": self.training, "borrowing": self.borrowing,
-                "toggle_cost_s": self.toggle.estimate_s, "profile_steps": self.tracker.steps}
+                "toggle_cost_s": self.learning_gate.toggle_cost_s, "profile_steps": self.tracker.steps,
+                **self.prediction_state()}

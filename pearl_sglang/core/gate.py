@@ -19,10 +19,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pearl_sglang.core.decision import best_makespan
+from pearl_sglang.core.decision import best_makespan, enumerate_candidates
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.makespan import Constraints
 from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.tail import TurnSpread, predict
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,26 @@ class ToggleCostEstimator:
         if self.residual_with_s is None or self.residual_without_s is None:
             return self.initial_s
         return max(0.0, self.residual_with_s - self.residual_without_s)
+
+
+def tail_best_makespan(profile: Profile, budget: int, remaining: tuple[float, ...], spread: TurnSpread,
+                       constraints: Constraints = Constraints()) -> float:
+    """Lowest tail-aware prediction (``tail.predict``) over the feasible topologies at a
+    budget, on the work that remains; ``inf`` for no workers."""
+    if budget < 1:
+        return math.inf
+    return min(predict(profile, c.topology, remaining=remaining, spread=spread, constraints=constraints).makespan_s
+               for c in enumerate_candidates(profile, budget, constraints) if c.feasible)
+
+
+def tail_gate(profile: Profile, *, dedicated_workers: int, overlap_workers: int, remaining: tuple[float, ...],
+              spread: TurnSpread, toggle_cost_s: float, constraints: Constraints = Constraints()) -> GateDecision:
+    """Equation (7) with the saving measured directly on the remaining work by the
+    tail-aware model: ``T_ded(rest) - T_full(rest) > T_toggle``.  No ``R / B`` scaling is
+    needed (the predictions are already of what is left), and a saving the slowest
+    trajectory's latency floor swallows is no saving."""
+    t_ded = tail_best_makespan(profile, dedicated_workers, remaining, spread, constraints)
+    t_full = tail_best_makespan(profile, dedicated_workers + overlap_workers, remaining, spread, constraints)
+    n = float(max(len(remaining), 1))
+    return borrow_gate(remaining=n if remaining else 0.0, batch=n, t_ded_s=t_ded, t_full_s=t_full,
+                       toggle_cost_s=toggle_cost_s)

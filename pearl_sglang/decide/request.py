@@ -5,7 +5,16 @@ T_over, T_env, K_seq, H_max``) plus ``N`` (the worker budget), and optionally
 ``current`` (``{"mode", "prefill", "decode", "colocated"?}``), ``thresholds``
 (``{"ratio", "mode"}``) and ``rho_max``.  Plan mode also reads ``table`` (a
 ``StateTable.to_dict()``), optional ``target`` and ``available_gpus``; ``N`` and
-``current`` then default to the table's budget and topology.  Units: seconds, bytes,
+``current`` then default to the table's budget and topology.
+
+Tail-aware inputs (``core.tail``), both optional: ``remaining_turns``, a list with the
+turns each still-running trajectory has left (mid-step; default a fresh batch of ``B``
+trajectories with ``S`` turns each), and ``spread``, the per-turn telemetry with its
+spread ``{"env_mean_s", "env_std_s", "tokens_mean", "tokens_std", "z"}`` (default the
+profile's means, no spread).  Given either, the output gains ``tail``: every candidate's
+tail-aware prediction (throughput-bound time on the remaining work, latency floor, and
+their max) and the tail-aware best.  The engine's choice itself is still the paper's
+model with hysteresis.  Units: seconds, bytes,
 bytes per second.  Every problem is reported as ``InputError`` naming the key.
 """
 from __future__ import annotations
@@ -23,8 +32,9 @@ from pearl_sglang.core import (
     decide,
     plan,
 )
+from pearl_sglang.core.tail import TurnSpread, predict
 
-_OPTIONAL = {"current", "thresholds", "rho_max"}
+_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
 
 
@@ -44,6 +54,8 @@ class Request:
     table: StateTable | None = None
     target: Topology | None = None
     available: frozenset[str] | None = None
+    remaining: tuple[float, ...] | None = None
+    spread: TurnSpread | None = None
 
 
 def _obj(value: Any, key: str) -> Mapping[str, Any]:
@@ -113,7 +125,33 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
     target = None
     if "target" in data:
         target = _wrap("target", Topology.from_dict, _obj(data["target"], "target"), default_colocated=budget)
-    return Request(profile, budget, current, thresholds, constraints, table, target, available)
+    remaining = None
+    if "remaining_turns" in data:
+        turns = data["remaining_turns"]
+        if not isinstance(turns, list) or not all(
+                isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf") for t in turns):
+            raise InputError("remaining_turns", "must be a list of finite numbers >= 0 (turns left per trajectory)")
+        remaining = tuple(float(t) for t in turns)
+    spread = None
+    if "spread" in data:
+        sp = _obj(data["spread"], "spread")
+        extra = sorted(set(sp) - {"env_mean_s", "env_std_s", "tokens_mean", "tokens_std", "z"})
+        if extra:
+            raise InputError(f"spread.{extra[0]}", "unknown key")
+        if "env_mean_s" not in sp:
+            raise InputError("spread.env_mean_s", "missing")
+        spread = _wrap("spread", TurnSpread, **sp)
+    return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread)
+
+
+def _tail(req: Request, decision) -> dict[str, Any]:
+    preds = [(c.topology, predict(req.profile, c.topology, remaining=req.remaining, spread=req.spread,
+                                  constraints=req.constraints))
+             for c in decision.candidates if c.feasible]
+    best_topology, best = min(preds, key=lambda tp: tp[1].makespan_s)
+    return {"candidates": [{**t.to_dict(), **p.to_dict()} for t, p in preds],
+            "best": {**best_topology.to_dict(), **best.to_dict()},
+            "choice": next(p.to_dict() for t, p in preds if t == decision.choice)}
 
 
 def run(req: Request) -> dict[str, Any]:
@@ -121,6 +159,8 @@ def run(req: Request) -> dict[str, Any]:
     decision = _wrap("N", decide, req.profile, budget=req.budget, current=req.current,
                      thresholds=req.thresholds, constraints=req.constraints)
     out = decision.to_dict()
+    if req.remaining is not None or req.spread is not None:
+        out["tail"] = _tail(req, decision)
     if req.table is None:
         return out
     target = req.target or decision.choice

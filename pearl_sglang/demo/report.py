@@ -67,6 +67,13 @@ class Reporter:
               f"{result.throughput:8.0f} tok/s  turns {result.turns:5d}  errors {result.errors:3d}  "
               f"workers {label(counts):24s} borrowing {'yes' if control.get('borrowing') else 'no '}",
               flush=True)
+        gate = control.get("gate") or {}
+        last = (control.get("step_predictions") or [None])[-1]
+        if last is not None:
+            print(f"           makespan predicted {last['predicted_s']:8.1f} s  observed {last['observed_s']:8.1f} s  "
+                  f"gate: toggle cost {gate.get('toggle_cost_s', 0.0):.2f} s (learned: "
+                  f"{'yes' if gate.get('learned') else 'no'}), bias {gate.get('bias_s', 0.0):+.2f} s, "
+                  f"explored {gate.get('explored', 0)} step(s)", flush=True)
         for d in decisions[-3:]:
             if d.get("operation") in ("train_begin", "train_finished", "gpus_join", "gpus_leave", "borrow_gate"):
                 text = d.get("reason", "")
@@ -87,6 +94,8 @@ class Reporter:
             "failed_trajectories": sum(s.failed_trajectories for s in self.steps),
             "migrations": self.last_state.get("migrations"),
             "reconfiguration_phases": control.get("phases", {}),
+            "gate": control.get("gate"),
+            "step_predictions": control.get("step_predictions", []),
         }
 
     def write(self, out: Path, system: str) -> tuple[Path, Path]:

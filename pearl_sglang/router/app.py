@@ -244,8 +244,10 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         inflight=inflight, loads=LoadModel(inflight, report_ttl_s=max(5.0, 3 * config.load_poll_interval_s)),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
         breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
-        metrics=RouterMetrics(lambda: store.table, utilization.current_totals), telemetry=TelemetryCollector(),
-        utilization=utilization, streams_by_client={}, connections=ConnectionGuard(config.connections))
+        metrics=RouterMetrics(lambda: store.table, utilization.current_totals,
+                              lambda: st.control.prediction_state() if st.control is not None else None),
+        telemetry=TelemetryCollector(), utilization=utilization, streams_by_client={},
+        connections=ConnectionGuard(config.connections))
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[_count_requests, errors_middleware,

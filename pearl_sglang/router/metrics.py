@@ -60,9 +60,39 @@ class _UtilizationCollector(Collector):
             yield family
 
 
+class _GateCollector(Collector):
+    """The borrowing gate's learned cost and bias, and the last step's predicted and
+    observed duration (from the control plane's state; nothing without one)."""
+
+    def __init__(self, control: Callable[[], Mapping | None]) -> None:
+        self._control = control
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        state = self._control()
+        if not state:
+            return
+        gate = state.get("gate") or {}
+        yield GaugeMetricFamily("pearl_gate_toggle_cost_seconds", "Learned toggle cost of borrowing",
+                                value=gate.get("toggle_cost_s", 0.0))
+        yield GaugeMetricFamily("pearl_gate_model_bias_seconds",
+                                "Learned observed-minus-predicted step time without borrowing",
+                                value=gate.get("bias_s", 0.0))
+        yield GaugeMetricFamily("pearl_gate_explored_steps", "Steps the gate ran unborrowed to learn",
+                                value=gate.get("explored", 0))
+        steps = state.get("step_predictions") or []
+        if steps:
+            last = steps[-1]
+            step = GaugeMetricFamily("pearl_step_seconds", "Last finished step: predicted and observed duration",
+                                     labels=["kind"])
+            step.add_metric(["predicted"], last["predicted_s"])
+            step.add_metric(["observed"], last["observed_s"])
+            yield step
+
+
 class RouterMetrics:
     def __init__(self, table: Callable[[], StateTable],
-                 usage: Callable[[], Mapping[int, WorkerUsage]] = dict) -> None:
+                 usage: Callable[[], Mapping[int, WorkerUsage]] = dict,
+                 control: Callable[[], Mapping | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("pearl_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
@@ -83,3 +113,4 @@ class RouterMetrics:
                                           buckets=_LATENCY_BUCKETS, registry=r)
         r.register(_TableCollector(table))
         r.register(_UtilizationCollector(table, usage))
+        r.register(_GateCollector(control))

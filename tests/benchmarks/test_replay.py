@@ -97,3 +97,17 @@ def test_systems_map_to_cluster_configs(tmp_path):
     assert system("pearl-ungated").gate == {"enabled": False, "borrow": True}
     assert set(SEGMENTS) == {1, 2, 3}
     assert core_profile("qwen3-30b-a3b", 64).K == 98_304
+
+
+def test_replay_records_predicted_and_observed_makespan():
+    config = ReplayConfig(system="pearl", segment=1, minutes=5, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 6, "turns_max": 10})
+    result = replay(config)
+    recorded = [s["prediction"] for s in result["steps"] if s["prediction"]]
+    assert recorded, "no step carried a prediction"
+    for p in recorded:
+        assert p["predicted_s"] > 0 and p["observed_s"] > 0
+    summary = result["summary"]
+    assert summary["predicted_steps"] == len(recorded)
+    expected = sum(abs(p["observed_s"] - p["predicted_s"]) / p["observed_s"] for p in recorded) / len(recorded)
+    assert summary["prediction_mape"] == pytest.approx(expected)

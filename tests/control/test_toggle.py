@@ -63,3 +63,33 @@ async def test_out_of_order_and_duplicate_calls(tiny_model_dir):
         err = await c.admin("/train_begin", {"step": 1}, expect=409)
         assert err["error"]["type"] == "out_of_order"
         await c.admin("/train_begin", {"step": "x"}, expect=400)
+
+
+async def test_gate_explores_and_reports_prediction_and_learned_cost(tiny_model_dir):
+    """A gate that would borrow on a small benefit runs one step unborrowed to learn, and
+    the state and metrics show what it learned and predicted vs observed step time."""
+    config = cluster_config(tiny_model_dir, gate={"enabled": True, "toggle_cost_s": 1e-9,
+                                                  "exploration_rate": 1.0, "explore_max_benefit_ratio": 1e15})
+    async with running_cluster(config) as c:
+        await c.admin("/train_begin", {"step": 0})
+        fin = await c.admin("/train_finished", {"step": 0})
+        assert not fin["borrowing"] and fin["reason"].startswith("explore:")
+        await c.settle()
+        assert overlap(c.table) == []
+        await c.admin("/train_begin", {"step": 1})
+        headers = {"Authorization": "Bearer control-test-token"}
+        control = (await c.client.get(c.url + "/pearl/state", headers=headers)).json()["control"]
+        assert control["gate"]["explored"] == 1 and control["gate"]["seen_without"] == 1
+        (last,) = control["step_predictions"]
+        assert last["borrowed"] is False and last["predicted_s"] > 0 and last["observed_s"] > 0
+        text = (await c.client.get(c.url + "/metrics", headers=headers)).text
+        assert "pearl_gate_toggle_cost_seconds 1e-09" in text
+        assert 'pearl_step_seconds{kind="predicted"}' in text and 'pearl_step_seconds{kind="observed"}' in text
+        assert "pearl_gate_explored_steps 1.0" in text
+
+
+async def test_exploration_rate_is_validated(tiny_model_dir):
+    import pytest
+    from pearl_sglang.control.cluster_config import ConfigError
+    with pytest.raises(ConfigError, match=r"exploration rate must be in \[0, 1\]"):
+        cluster_config(tiny_model_dir, gate={"exploration_rate": 2.0})

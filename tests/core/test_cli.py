@@ -82,3 +82,30 @@ def test_module_entry_point_runs(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pearl_sglang.decide"], input='{"N": 2}', cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "'B'" in bad.stderr
+
+
+def test_tail_inputs_add_tail_aware_predictions(capsys):
+    payload = {**PROFILE, "N": 6, "remaining_turns": [25, 2, 2],
+               "spread": {"env_mean_s": 30.0, "env_std_s": 20.0, "tokens_mean": 400, "tokens_std": 100}}
+    code, out, _ = _run(payload, capsys=capsys)
+    assert code == 0
+    tail = json.loads(out)["tail"]
+    assert len(tail["candidates"]) >= 1 and tail["choice"]["tail_bound"]
+    best = tail["best"]
+    assert best["makespan_s"] == min(c["makespan_s"] for c in tail["candidates"])
+    assert best["makespan_s"] >= best["floor_s"] > 25 * 30
+    # Without the new keys the output is unchanged.
+    code, out, _ = _run({**PROFILE, "N": 6}, capsys=capsys)
+    assert "tail" not in json.loads(out)
+
+
+@pytest.mark.parametrize("payload,key", [
+    ({"remaining_turns": [1, -2]}, "remaining_turns"),
+    ({"remaining_turns": "3"}, "remaining_turns"),
+    ({"spread": {"env_std_s": 1}}, "spread.env_mean_s"),
+    ({"spread": {"env_mean_s": 1, "bogus": 2}}, "spread.bogus"),
+    ({"spread": {"env_mean_s": -1}}, "spread.env_mean_s"),
+])
+def test_tail_inputs_are_validated(payload, key, capsys):
+    code, _, err = _run({**PROFILE, "N": 6, **payload}, capsys=capsys)
+    assert code == 2 and key in err

@@ -1,0 +1,24 @@
+"""Prediction error of the makespan model: how right the engine was about the steps
+that ran.  Pure; the replay harness and the demo report it."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+
+def new_prediction(entries: Iterable[Mapping[str, Any]], seen: set) -> dict[str, Any] | None:
+    """The latest control-plane step record (``step_predictions`` of ``/pearl/state``)
+    not reported before; ``seen`` holds the steps already reported and is updated."""
+    last = None
+    for e in entries:
+        last = e
+    if last is None or last.get("step") in seen:
+        return None
+    seen.add(last.get("step"))
+    return {"predicted_s": last["predicted_s"], "observed_s": last["observed_s"], "borrowed": last["borrowed"]}
+
+
+def mape(pairs: Iterable[tuple[float, float]]) -> float | None:
+    """Mean of ``|observed - predicted| / observed`` over pairs with ``observed > 0``;
+    ``None`` when there is none."""
+    errors = [abs(obs - pred) / obs for pred, obs in pairs if obs > 0]
+    return sum(errors) / len(errors) if errors else None
