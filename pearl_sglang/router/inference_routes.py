@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
 
 import aiohttp
@@ -27,7 +27,8 @@ from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerStalled, WorkerUnavailable,
 )
-from pearl_sglang.router.generate_request import parse_generate
+from pearl_sglang.router import openai_generate
+from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.openai_request import parse_openai
@@ -122,8 +123,9 @@ async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]],
-                  is_batch: bool) -> web.StreamResponse:
-    """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``."""
+                  is_batch: bool, render: Callable[[int, dict[str, Any]], bytes] | None = None) -> web.StreamResponse:
+    """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``.
+    ``render`` turns an item's newest cumulative chunk into the bytes to send."""
     first = [asyncio.ensure_future(r.__anext__()) for r in runs]
     # Surface a rejection before committing to a 200 stream.
     done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
@@ -166,6 +168,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
     def event(index: int, chunk: dict[str, Any]) -> bytes:
         return b"data: " + fastjson.dumps({**chunk, "index": index} if is_batch else chunk) + b"\n\n"
 
+    event = render or event
     pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
     closed = [False] * count
     try:
@@ -229,9 +232,15 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def openai_proxy(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
-    call = parse_openai(await read_json(request), st.config.limits, chat=request.path.endswith("chat/completions"))
+    chat = request.path.endswith("chat/completions")
+    call = parse_openai(await read_json(request), st.config.limits, chat=chat)
     body = call.body
     trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
+    if openai_generate.eligible(body, chat=chat):
+        try:
+            return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
+        except WorkerRejected as e:
+            return _rejected(e)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
     rids = _openai_rids(st, body, call.sequences)
@@ -247,6 +256,58 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     finally:
         for rid in rids:
             st.inflight.close(rid)
+
+
+async def _openai_generate(request: web.Request, st: RouterState, body: dict[str, Any], *, chat: bool,
+                           stream: bool, trajectory: str | None) -> web.StreamResponse:
+    """Run the request as token ids through the dispatcher: drained, migrated and stitched
+    like any ``/generate`` item, rendered back as OpenAI objects."""
+    rid = body.get("rid") or f"pearl-oai-{secrets.token_hex(8)}"
+    if st.inflight.is_open(rid):
+        raise BadRequest(f"rid {rid!r} is already in flight", kind="duplicate_rid")
+    ids, max_model_len = await _prompt_ids(st, body, chat=chat, trajectory=trajectory, what=request.path)
+    sampling = openai_generate.sampling_params(body, chat=chat, prompt_len=len(ids), max_model_len=max_model_len,
+                                               cap=st.config.limits.max_new_tokens)
+    item = GenerateItem(index=0, rid=rid, text=None, input_ids=tuple(ids), sampling=sampling)
+    renderer = openai_generate.Renderer(
+        rid=rid, model=body.get("model") or "default", created=int(time.time()), chat=chat,
+        include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+    run = st.dispatcher.run(item, trajectory=trajectory, client_stream_interval=1 if stream else None)
+    if stream:
+        def render(_: int, chunk: dict[str, Any]) -> bytes:
+            return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk))
+        with _StreamSlot(st, request):
+            return await _stream(request, [run], False, render)
+    with st.client_watch.watching(request):
+        last = await _last(run)
+    return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
+
+
+async def _prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, trajectory: str | None,
+                      what: str) -> tuple[list[int], int | None]:
+    """The prompt's token ids, rendered and tokenized once by a worker (chat template and
+    tokenizer stay the workers'); a completion prompt given as ids is used as it is."""
+    request = openai_generate.tokenize_body(body, chat=chat)
+    if request is None:
+        return list(body["prompt"]), None
+    key = prefix_key(None, json.dumps(request))
+    failed: set[int] = set()
+    last_error: Exception | None = None
+    for _ in range(st.config.dispatch.max_attempts):
+        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what)).main
+        try:
+            reply = await st.dispatcher.transport.post_json(slot=worker.slot, url=worker.endpoint,
+                                                            path="/tokenize", body=request)
+        except (WorkerUnavailable, WorkerFailed) as e:
+            failed.add(worker.slot)
+            last_error = e
+            continue
+        tokens = reply.get("tokens") if isinstance(reply, dict) else None
+        if not isinstance(tokens, list) or not tokens or not all(type(t) is int for t in tokens):
+            raise UpstreamFailed(f"worker {worker.slot} answered /tokenize without token ids: {str(reply)[:200]}")
+        max_len = reply.get("max_model_len")
+        return tokens, max_len if type(max_len) is int and 0 < max_len < 2**31 else None
+    raise UpstreamFailed(f"no worker could tokenize the prompt of {what}: {last_error}")
 
 
 def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
