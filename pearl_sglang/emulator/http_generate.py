@@ -424,6 +424,19 @@ async def tokenize(request: web.Request) -> web.StreamResponse:
                               "count": count, "max_model_len": worker.engine.context_length})
 
 
+async def detokenize(request: web.Request) -> web.StreamResponse:
+    """SGLang's ``/detokenize``: ``tokens`` (ids, or a list of id lists) to text."""
+    worker = request.app[WORKER]
+    body = await _json_body(request)
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    skip = body.get("skip_special_tokens", True) if isinstance(body, dict) else True
+    if isinstance(tokens, list) and all(type(t) is int for t in tokens):
+        return web.json_response({"text": worker.codec.decode(tokens, skip_special_tokens=bool(skip))})
+    if isinstance(tokens, list) and all(isinstance(r, list) and all(type(t) is int for t in r) for r in tokens):
+        return web.json_response({"text": [worker.codec.decode(r, skip_special_tokens=bool(skip)) for r in tokens]})
+    raise BadRequest({"error": {"message": "Invalid input: 'tokens' must be a list of integers."}})
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _openai(request, chat=False)
 
@@ -439,3 +452,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", _guard(chat_completions))
     app.router.add_post("/tokenize", _guard(tokenize))
     app.router.add_post("/v1/tokenize", _guard(tokenize))
+    app.router.add_post("/detokenize", _guard(detokenize))
+    app.router.add_post("/v1/detokenize", _guard(detokenize))

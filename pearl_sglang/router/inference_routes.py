@@ -272,7 +272,9 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
     renderer = openai_generate.Renderer(
         rid=rid, model=body.get("model") or "default", created=int(time.time()), chat=chat,
         include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
-    run = st.dispatcher.run(item, trajectory=trajectory, client_stream_interval=1 if stream else None)
+    run = _whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
+                                            client_stream_interval=1 if stream else None),
+                      skip_special_tokens=body.get("skip_special_tokens", True))
     if stream:
         def render(_: int, chunk: dict[str, Any]) -> bytes:
             return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk))
@@ -281,6 +283,43 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
     with st.client_watch.watching(request):
         last = await _last(run)
     return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
+
+
+async def _whole_text(st: RouterState, run: AsyncIterator[dict[str, Any]], *,
+                      skip_special_tokens: Any) -> AsyncIterator[dict[str, Any]]:
+    """Chunks whose text is right across a migration. Each attempt's worker decodes only
+    its own segment, so a character whose bytes span two segments would come out as two
+    replacement characters: once a request has moved, its whole output is decoded by a
+    worker (``/detokenize``) instead, holding back an incomplete last character as
+    SGLang's own streaming does."""
+    async with contextlib.aclosing(run):
+        async for chunk in run:
+            if (chunk.get("meta_info") or {}).get("pearl_attempts", 1) > 1 and chunk.get("output_ids"):
+                text = await _detokenize(st, chunk["output_ids"], skip_special_tokens)
+                if (chunk["meta_info"].get("finish_reason") is None) and text.endswith("\ufffd"):
+                    text = text.rstrip("\ufffd")
+                chunk = {**chunk, "text": text}
+            yield chunk
+
+
+async def _detokenize(st: RouterState, ids: list[int], skip_special_tokens: Any) -> str:
+    failed: set[int] = set()
+    last_error: Exception | None = None
+    for _ in range(st.config.dispatch.max_attempts):
+        worker = (await st.dispatcher.route((), trajectory=None, exclude=failed, what="/detokenize",
+                                            remember=False)).main
+        try:
+            reply = await st.dispatcher.transport.post_json(
+                slot=worker.slot, url=worker.endpoint, path="/detokenize",
+                body={"tokens": ids, "skip_special_tokens": bool(skip_special_tokens)})
+        except (WorkerUnavailable, WorkerFailed) as e:
+            failed.add(worker.slot)
+            last_error = e
+            continue
+        if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
+            raise UpstreamFailed(f"worker {worker.slot} answered /detokenize without text: {str(reply)[:200]}")
+        return reply["text"]
+    raise UpstreamFailed(f"no worker could decode a migrated output: {last_error}")
 
 
 async def _prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, trajectory: str | None,
@@ -294,7 +333,8 @@ async def _prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, traj
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):
-        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what)).main
+        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what,
+                                               remember=False)).main
         try:
             reply = await st.dispatcher.transport.post_json(slot=worker.slot, url=worker.endpoint,
                                                             path="/tokenize", body=request)
