@@ -1,10 +1,10 @@
 """Inference endpoints: SGLang's ``/generate`` and the OpenAI-compatible API.
 
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
-affinity). OpenAI requests are proxied to the chosen worker (or PD pair) as they are, so
-chat templates stay the worker's; they are in the in-flight registry (load, drain, abort
-by rid) but retried elsewhere only before the first byte reached the client (token-exact
-retention needs token ids, which is what ``/generate`` gives RL frameworks).
+affinity). Single-sequence text OpenAI requests do too, as token ids a worker rendered
+and tokenized (``openai_generate``). The rest (tools, logprobs, ``n > 1``, ...) are
+proxied to the chosen worker (or PD pair) as they are: in the in-flight registry (load,
+drain, abort by rid) but retried elsewhere only before the first byte reached the client.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerStalled, WorkerUnavailable,
 )
-from pearl_sglang.router import openai_generate
+from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
@@ -262,19 +262,20 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
                            stream: bool, trajectory: str | None) -> web.StreamResponse:
     """Run the request as token ids through the dispatcher: drained, migrated and stitched
     like any ``/generate`` item, rendered back as OpenAI objects."""
-    rid = body.get("rid") or f"pearl-oai-{secrets.token_hex(8)}"
+    rid = body.get("rid")
+    rid = (rid[0] if isinstance(rid, list) else rid) or f"pearl-oai-{secrets.token_hex(8)}"
     if st.inflight.is_open(rid):
         raise BadRequest(f"rid {rid!r} is already in flight", kind="duplicate_rid")
-    ids, max_model_len = await _prompt_ids(st, body, chat=chat, trajectory=trajectory, what=request.path)
+    ids, max_model_len = await openai_dispatch.prompt_ids(st, body, chat=chat, trajectory=trajectory, what=request.path)
     sampling = openai_generate.sampling_params(body, chat=chat, prompt_len=len(ids), max_model_len=max_model_len,
                                                cap=st.config.limits.max_new_tokens)
     item = GenerateItem(index=0, rid=rid, text=None, input_ids=tuple(ids), sampling=sampling)
     renderer = openai_generate.Renderer(
         rid=rid, model=body.get("model") or "default", created=int(time.time()), chat=chat,
         include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
-    run = _whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
-                                            client_stream_interval=1 if stream else None),
-                      skip_special_tokens=body.get("skip_special_tokens", True))
+    run = openai_dispatch.whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
+                                                            client_stream_interval=1 if stream else None),
+                                      skip_special_tokens=body.get("skip_special_tokens", True))
     if stream:
         def render(_: int, chunk: dict[str, Any]) -> bytes:
             return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk))
@@ -283,71 +284,6 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
     with st.client_watch.watching(request):
         last = await _last(run)
     return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
-
-
-async def _whole_text(st: RouterState, run: AsyncIterator[dict[str, Any]], *,
-                      skip_special_tokens: Any) -> AsyncIterator[dict[str, Any]]:
-    """Chunks whose text is right across a migration. Each attempt's worker decodes only
-    its own segment, so a character whose bytes span two segments would come out as two
-    replacement characters: once a request has moved, its whole output is decoded by a
-    worker (``/detokenize``) instead, holding back an incomplete last character as
-    SGLang's own streaming does."""
-    async with contextlib.aclosing(run):
-        async for chunk in run:
-            if (chunk.get("meta_info") or {}).get("pearl_attempts", 1) > 1 and chunk.get("output_ids"):
-                text = await _detokenize(st, chunk["output_ids"], skip_special_tokens)
-                if (chunk["meta_info"].get("finish_reason") is None) and text.endswith("\ufffd"):
-                    text = text.rstrip("\ufffd")
-                chunk = {**chunk, "text": text}
-            yield chunk
-
-
-async def _detokenize(st: RouterState, ids: list[int], skip_special_tokens: Any) -> str:
-    failed: set[int] = set()
-    last_error: Exception | None = None
-    for _ in range(st.config.dispatch.max_attempts):
-        worker = (await st.dispatcher.route((), trajectory=None, exclude=failed, what="/detokenize",
-                                            remember=False)).main
-        try:
-            reply = await st.dispatcher.transport.post_json(
-                slot=worker.slot, url=worker.endpoint, path="/detokenize",
-                body={"tokens": ids, "skip_special_tokens": bool(skip_special_tokens)})
-        except (WorkerUnavailable, WorkerFailed) as e:
-            failed.add(worker.slot)
-            last_error = e
-            continue
-        if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
-            raise UpstreamFailed(f"worker {worker.slot} answered /detokenize without text: {str(reply)[:200]}")
-        return reply["text"]
-    raise UpstreamFailed(f"no worker could decode a migrated output: {last_error}")
-
-
-async def _prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, trajectory: str | None,
-                      what: str) -> tuple[list[int], int | None]:
-    """The prompt's token ids, rendered and tokenized once by a worker (chat template and
-    tokenizer stay the workers'); a completion prompt given as ids is used as it is."""
-    request = openai_generate.tokenize_body(body, chat=chat)
-    if request is None:
-        return list(body["prompt"]), None
-    key = prefix_key(None, json.dumps(request))
-    failed: set[int] = set()
-    last_error: Exception | None = None
-    for _ in range(st.config.dispatch.max_attempts):
-        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what,
-                                               remember=False)).main
-        try:
-            reply = await st.dispatcher.transport.post_json(slot=worker.slot, url=worker.endpoint,
-                                                            path="/tokenize", body=request)
-        except (WorkerUnavailable, WorkerFailed) as e:
-            failed.add(worker.slot)
-            last_error = e
-            continue
-        tokens = reply.get("tokens") if isinstance(reply, dict) else None
-        if not isinstance(tokens, list) or not tokens or not all(type(t) is int for t in tokens):
-            raise UpstreamFailed(f"worker {worker.slot} answered /tokenize without token ids: {str(reply)[:200]}")
-        max_len = reply.get("max_model_len")
-        return tokens, max_len if type(max_len) is int and 0 < max_len < 2**31 else None
-    raise UpstreamFailed(f"no worker could tokenize the prompt of {what}: {last_error}")
 
 
 def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
