@@ -397,6 +397,46 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
     return resp
 
 
+async def tokenize(request: web.Request) -> web.StreamResponse:
+    """SGLang's ``/tokenize``: ``messages`` are rendered with the chat template (as the
+    chat endpoint renders them), a ``prompt`` string or list of strings is encoded."""
+    worker = request.app[WORKER]
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise BadRequest({"error": {"message": "request body must be a JSON object"}})
+    codec, messages, prompt = worker.codec, body.get("messages"), body.get("prompt")
+    if messages is not None:
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise BadRequest({"error": {"message": "messages must be a non-empty list of objects with a 'role'"}})
+        tokens: Any = codec.encode(codec.render_chat(messages))
+        count: Any = len(tokens)
+    elif isinstance(prompt, str):
+        tokens = codec.encode(prompt)
+        count = len(tokens)
+    elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        tokens = [codec.encode(p) for p in prompt]
+        count = [len(t) for t in tokens]
+    else:
+        raise BadRequest({"error": {"message": f"Invalid prompt type: {type(prompt)}. Expected str or List[str]."}})
+    return web.json_response({"tokens": list(tokens) if messages is not None or isinstance(prompt, str)
+                              else [list(t) for t in tokens],
+                              "count": count, "max_model_len": worker.engine.context_length})
+
+
+async def detokenize(request: web.Request) -> web.StreamResponse:
+    """SGLang's ``/detokenize``: ``tokens`` (ids, or a list of id lists) to text."""
+    worker = request.app[WORKER]
+    body = await _json_body(request)
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    skip = body.get("skip_special_tokens", True) if isinstance(body, dict) else True
+    if isinstance(tokens, list) and all(type(t) is int for t in tokens):
+        return web.json_response({"text": worker.codec.decode(tokens, skip_special_tokens=bool(skip))})
+    if isinstance(tokens, list) and all(isinstance(r, list) and all(type(t) is int for t in r) for r in tokens):
+        return web.json_response({"text": [worker.codec.decode(r, skip_special_tokens=bool(skip)) for r in tokens]})
+    raise BadRequest({"error": {"message": "Invalid input: 'tokens' must be a list of integers."}})
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     return await _openai(request, chat=False)
 
@@ -410,3 +450,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put("/generate", _guard(generate))
     app.router.add_post("/v1/completions", _guard(completions))
     app.router.add_post("/v1/chat/completions", _guard(chat_completions))
+    app.router.add_post("/tokenize", _guard(tokenize))
+    app.router.add_post("/v1/tokenize", _guard(tokenize))
+    app.router.add_post("/detokenize", _guard(detokenize))
+    app.router.add_post("/v1/detokenize", _guard(detokenize))

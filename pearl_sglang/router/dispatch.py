@@ -194,12 +194,15 @@ class Dispatcher:
                     asyncio.ensure_future(self.transport.abort(url=url, rid=entry.worker_rid))
 
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
-                    what: str, context: int | None = None, rid: str | None = None) -> Target:
+                    what: str, context: int | None = None, rid: str | None = None,
+                    remember: bool = True) -> Target:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
         is left, so one bad call never strands a request. With ``rid``, the prefill it sends
         counts as queued on its worker until its first chunk. Without a control plane
-        (``wait_for_workers`` false) no route because of open circuits is a 503 at once."""
+        (``wait_for_workers`` false) no route because of open circuits is a 503 at once.
+        ``remember`` false: a side call (tokenizing a prompt) that must not count as placing
+        the request there."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.route_wait_s
         while True:
@@ -222,7 +225,8 @@ class Dispatcher:
                         kind="no_worker") from None
                 await self.store.wait_changed(min(left, 1.0))
                 continue
-            self.selector.remember(target, key, trajectory)
+            if remember:
+                self.selector.remember(target, key, trajectory)
             if rid is not None:
                 self.loads.prefill_sent(rid, target.prefix_holder.slot, target.prefill_tokens)
             return target

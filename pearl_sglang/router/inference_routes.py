@@ -1,10 +1,10 @@
 """Inference endpoints: SGLang's ``/generate`` and the OpenAI-compatible API.
 
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
-affinity). OpenAI requests are proxied to the chosen worker (or PD pair) as they are, so
-chat templates stay the worker's; they are in the in-flight registry (load, drain, abort
-by rid) but retried elsewhere only before the first byte reached the client (token-exact
-retention needs token ids, which is what ``/generate`` gives RL frameworks).
+affinity). Single-sequence text OpenAI requests do too, as token ids a worker rendered
+and tokenized (``openai_generate``). The rest (tools, logprobs, ``n > 1``, ...) are
+proxied to the chosen worker (or PD pair) as they are: in the in-flight registry (load,
+drain, abort by rid) but retried elsewhere only before the first byte reached the client.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import re
 import secrets
 import time
 from dataclasses import replace
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
 
 import aiohttp
@@ -28,6 +28,7 @@ from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerStalled, WorkerUnavailable,
 )
+from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_json
@@ -134,8 +135,9 @@ async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]],
-                  is_batch: bool) -> web.StreamResponse:
-    """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``."""
+                  is_batch: bool, render: Callable[[int, dict[str, Any]], bytes] | None = None) -> web.StreamResponse:
+    """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``.
+    ``render`` turns an item's newest cumulative chunk into the bytes to send."""
     first = [asyncio.ensure_future(r.__anext__()) for r in runs]
     # Surface a rejection before committing to a 200 stream.
     done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
@@ -178,6 +180,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
     def event(index: int, chunk: dict[str, Any]) -> bytes:
         return b"data: " + fastjson.dumps({**chunk, "index": index} if is_batch else chunk) + b"\n\n"
 
+    event = render or event
     pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
     closed = [False] * count
     try:
@@ -241,9 +244,15 @@ async def abort_request(request: web.Request) -> web.Response:
 
 async def openai_proxy(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
-    call = parse_openai(await read_json(request), st.config.limits, chat=request.path.endswith("chat/completions"))
+    chat = request.path.endswith("chat/completions")
+    call = parse_openai(await read_json(request), st.config.limits, chat=chat)
     body = call.body
     trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
+    if openai_generate.eligible(body, chat=chat):
+        try:
+            return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
+        except WorkerRejected as e:
+            return _rejected(e)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
     rids = _openai_rids(st, body, call.sequences)
@@ -259,6 +268,34 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     finally:
         for rid in rids:
             st.inflight.close(rid)
+
+
+async def _openai_generate(request: web.Request, st: RouterState, body: dict[str, Any], *, chat: bool,
+                           stream: bool, trajectory: str | None) -> web.StreamResponse:
+    """Run the request as token ids through the dispatcher: drained, migrated and stitched
+    like any ``/generate`` item, rendered back as OpenAI objects."""
+    rid = body.get("rid")
+    rid = (rid[0] if isinstance(rid, list) else rid) or f"pearl-oai-{secrets.token_hex(8)}"
+    if st.inflight.is_open(rid):
+        raise BadRequest(f"rid {rid!r} is already in flight", kind="duplicate_rid")
+    ids, max_model_len = await openai_dispatch.prompt_ids(st, body, chat=chat, trajectory=trajectory, what=request.path)
+    sampling = openai_generate.sampling_params(body, chat=chat, prompt_len=len(ids), max_model_len=max_model_len,
+                                               cap=st.config.limits.max_new_tokens)
+    item = GenerateItem(index=0, rid=rid, text=None, input_ids=tuple(ids), sampling=sampling)
+    renderer = openai_generate.Renderer(
+        rid=rid, model=body.get("model") or "default", created=int(time.time()), chat=chat,
+        include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
+    run = openai_dispatch.whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
+                                                            client_stream_interval=1 if stream else None),
+                                      skip_special_tokens=body.get("skip_special_tokens", True))
+    if stream:
+        def render(_: int, chunk: dict[str, Any]) -> bytes:
+            return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk))
+        with _StreamSlot(st, request):
+            return await _stream(request, [run], False, render)
+    with st.client_watch.watching(request):
+        last = await _last(run)
+    return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
 
 
 def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:

@@ -145,8 +145,9 @@ async def test_worker_hung_mid_stream_with_no_alternative_ends_with_partial_outp
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("fault", [Fault.HANG, Fault.RESET])
 async def test_openai_stream_whose_worker_fails_mid_stream_ends_with_an_error_event(fault, caplog):
-    """Past the first byte an OpenAI stream cannot move: the client gets an explicit error
-    event and a well-formed end of the chunked body, never a 500 inside it."""
+    """Past the first byte a proxied OpenAI stream (here: one with tools) cannot move: the
+    client gets an explicit error event and a well-formed end of the chunked body, never a
+    500 inside it."""
     config = fault_config(chunk_s=0.5, max_attempts=2)
     async with emulator(*PACED) as (u0, w0), FaultProxy.to(u0) as proxy:
         async with running_router(regular=[proxy.url], config=config) as (url, app, _):
@@ -158,7 +159,7 @@ async def test_openai_stream_whose_worker_fails_mid_stream_ends_with_an_error_ev
             async with httpx.AsyncClient(timeout=20) as c:
                 async with c.stream("POST", url + "/v1/chat/completions", json={
                         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600, "ignore_eos": True,
-                        "stream": True}) as r:
+                        "stream": True, "tools": []}) as r:
                     assert r.status_code == 200
                     async for line in r.aiter_lines():
                         if line.startswith("data:"):
@@ -171,3 +172,35 @@ async def test_openai_stream_whose_worker_fails_mid_stream_ends_with_an_error_ev
     # The router's own log (the emulated worker's aiohttp server shares this process).
     errors = [r for r in caplog.records if r.name.startswith("pearl.router") and r.levelno >= 40]
     assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("fault", [Fault.HANG, Fault.RESET])
+async def test_openai_chat_stream_whose_worker_fails_mid_stream_moves_token_exact(fault):
+    """A text chat stream runs through the dispatcher: a worker that hangs or resets under
+    it costs the client nothing; the content is what an undisturbed worker answers."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    async with emulators(2, *PACED) as [(u0, _), (u1, _)], FaultProxy.to(u0) as p0, FaultProxy.to(u1) as p1:
+        proxies = [p0, p1]
+        async with running_router(regular=[p0.url, p1.url], config=fault_config(chunk_s=0.5)) as (url, app, _):
+            faulted: list = []
+            seen: list = []
+
+            async def inject(event):
+                seen.append(event)
+                if not faulted and len(seen) >= 5:
+                    (slot, _), = app[ROUTER].inflight.load().items()
+                    faulted.append(slot)
+                    proxies[slot].set(fault)
+
+            async with httpx.AsyncClient(timeout=20) as c:
+                events = await collect_sse(c, url + "/v1/chat/completions", body, on_chunk=inject)
+                survivor = (u1, u0)[faulted[0]]
+                expected = (await c.post(survivor + "/v1/chat/completions", json=body)).json()
+            assert app[ROUTER].dispatcher.migrations >= 1
+    assert events[-1] == "[DONE]"
+    content = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e.get("choices"))
+    assert content == expected["choices"][0]["message"]["content"]
+    assert [e["choices"][0]["finish_reason"] for e in events[:-1] if e.get("choices")][-1] == "length"
+    assert [e["usage"]["completion_tokens"] for e in events[:-1] if e.get("usage")] == [600]

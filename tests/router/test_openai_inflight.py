@@ -1,5 +1,7 @@
-"""OpenAI requests are in the router's in-flight registry: a drain waits for a running
-OpenAI stream instead of stopping its worker under it, and /abort_request reaches it by rid."""
+"""OpenAI requests are in the router's in-flight registry. Those that run through the
+dispatcher (text chat and completions, n=1) move off a drained worker and are aborted by
+rid; those kept on the proxy (tools, n>1, ...) are waited for by a drain instead of having
+their worker stopped under them."""
 from __future__ import annotations
 
 import asyncio
@@ -10,19 +12,27 @@ import httpx
 from pearl_sglang.core.events import GpusLeave
 from pearl_sglang.router.drain import migrate_off, wait_drained
 from pearl_sglang.router.state import ROUTER
+from tests.faults.support import until
 from tests.router.conftest import running_router
 from tests.support.emulated import emulators
 
 SLOW = ("--time-scale", "1")
 
 
-def _chat(n: int, rid: str | None = None) -> dict:
+def _chat(n: int, rid: str | None = None, *, proxied: bool = False) -> dict:
     body = {"model": "m", "messages": [{"role": "user", "content": "tell me a long story"}],
             "max_tokens": n, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
     if rid:
         body["rid"] = rid
+    if proxied:
+        body["tools"] = []  # the worker's OpenAI layer must answer: the proxy path
     return body
+
+
+def _content(chunks: list) -> str:
+    return "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks
+                   if isinstance(ch, dict) and ch.get("choices"))
 
 
 async def _consume(c: httpx.AsyncClient, url: str, body: dict, out: list) -> None:
@@ -49,12 +59,37 @@ def _finish_reasons(chunks: list) -> list:
             if isinstance(ch, dict) and ch.get("choices") and ch["choices"][0].get("finish_reason")]
 
 
-async def test_drain_waits_for_a_running_openai_stream():
+async def test_drain_migrates_a_running_chat_stream_token_exact():
+    async with emulators(2, *SLOW) as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            expected = (await c.post(workers[0][0] + "/v1/chat/completions",
+                                     json={**_chat(300), "stream": False})).json()
+            async with running_router(regular=[u for u, _ in workers]) as (url, app, store):
+                chunks: list = []
+                task = asyncio.ensure_future(_consume(c, url, _chat(300), chunks))
+                await until(lambda: app[ROUTER].inflight.load(), what="the stream to be placed")
+                (slot, _), = app[ROUTER].inflight.load().items()
+                await _until_running(workers[slot][1])
+                await store.apply([GpusLeave(store.table.worker(slot).gpus)])
+                assert await migrate_off(app[ROUTER], slot) == 1
+                assert await wait_drained(app[ROUTER], slot, timeout_s=30)
+                assert not task.done(), "the stream ended with its worker instead of moving"
+                await asyncio.wait_for(task, 60)
+                assert app[ROUTER].dispatcher.migrations == 1
+    assert chunks[-1] == "[DONE]"
+    assert _finish_reasons(chunks) == ["length"]
+    assert _content(chunks) == expected["choices"][0]["message"]["content"]
+    usage = [ch["usage"] for ch in chunks[:-1] if ch.get("usage")]
+    assert [(u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]) for u in usage] == [
+        (expected["usage"]["prompt_tokens"], 300, expected["usage"]["prompt_tokens"] + 300)]
+
+
+async def test_drain_waits_for_a_running_proxied_openai_stream():
     async with emulators(1, *SLOW) as workers:
         (u0, w0), = workers
         async with httpx.AsyncClient(timeout=60) as c, running_router(regular=[u0]) as (url, app, store):
             chunks: list = []
-            task = asyncio.ensure_future(_consume(c, url, _chat(300), chunks))
+            task = asyncio.ensure_future(_consume(c, url, _chat(300, proxied=True), chunks))
             await _until_running(w0)
             assert app[ROUTER].inflight.load() == {0: 1}
             await store.apply([GpusLeave(store.table.worker(0).gpus)])

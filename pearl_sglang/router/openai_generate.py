@@ -1,0 +1,153 @@
+"""OpenAI requests as ``/generate`` items, and the dispatcher's output as OpenAI answers.
+
+SGLang 0.5.23's OpenAI endpoints do not stream token ids, so a request proxied to them
+cannot move when its worker leaves. Instead the router renders and tokenizes the prompt
+once at a worker (``/tokenize`` applies the chat template), runs ``input_ids`` through
+the dispatcher like any ``/generate`` item (migrated and stitched token-exactly), and
+renders the stitched cumulative chunks here. Requests whose answer needs the worker's
+own OpenAI layer (tool calls, response formats, logprobs, ``n > 1``, ...) are not
+eligible and keep the proxy. Pure: no I/O.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Fields this path understands; a request with any other one keeps the proxy, so nothing
+# a client asked for is silently ignored.
+_COMMON = frozenset({
+    "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+    "stop", "stop_token_ids", "seed", "n", "frequency_penalty", "presence_penalty",
+    "repetition_penalty", "min_tokens", "ignore_eos", "skip_special_tokens", "no_stop_trim", "rid",
+    "user",
+})
+_CHAT = _COMMON | {"messages", "max_completion_tokens", "chat_template_kwargs", "continue_final_message"}
+_COMPLETION = _COMMON | {"prompt"}
+# OpenAI name -> SGLang sampling_params name.
+_SAMPLING = {
+    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "stop": "stop",
+    "stop_token_ids": "stop_token_ids", "seed": "sampling_seed", "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty", "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_new_tokens", "ignore_eos": "ignore_eos", "skip_special_tokens": "skip_special_tokens",
+    "no_stop_trim": "no_stop_trim",
+}
+
+
+def _text_only(messages: Any) -> bool:
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list) and not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            return False
+        if m.get("tool_calls") or m.get("role") == "tool":
+            return False
+    return True
+
+
+def eligible(body: dict[str, Any], *, chat: bool) -> bool:
+    """Whether the request can run through the dispatcher without losing anything."""
+    if not set(body) <= (_CHAT if chat else _COMPLETION) or (body.get("n") or 1) != 1:
+        return False
+    if chat:
+        return _text_only(body["messages"])
+    prompt = body.get("prompt")
+    return isinstance(prompt, str) or (isinstance(prompt, list) and bool(prompt)
+                                       and all(type(t) is int for t in prompt))
+
+
+def tokenize_body(body: dict[str, Any], *, chat: bool) -> dict[str, Any] | None:
+    """What to ask a worker's ``/tokenize``; None when the prompt is token ids already."""
+    if not chat:
+        return {"prompt": body["prompt"]} if isinstance(body["prompt"], str) else None
+    out = {"messages": body["messages"]}
+    for key in ("chat_template_kwargs", "continue_final_message"):
+        if key in body:
+            out[key] = body[key]
+    return out
+
+
+def sampling_params(body: dict[str, Any], *, chat: bool, prompt_len: int, max_model_len: int | None,
+                    cap: int) -> dict[str, Any]:
+    """SGLang's defaults: a completion gets 16 tokens, a chat the rest of the context."""
+    budget = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
+    if budget is None:
+        budget = max(1, min(cap, (max_model_len or cap) - prompt_len - 1)) if chat else 16
+    sampling = {"max_new_tokens": budget}
+    for key, name in _SAMPLING.items():
+        if body.get(key) is not None:
+            sampling[name] = body[key]
+    return sampling
+
+
+def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
+    reason = meta.get("finish_reason")
+    if not reason:
+        return None, None
+    kind = reason.get("type")
+    return kind, reason.get("matched") if kind == "stop" else None
+
+
+def usage(meta: dict[str, Any]) -> dict[str, Any]:
+    prompt, completion = int(meta.get("prompt_tokens") or 0), int(meta.get("completion_tokens") or 0)
+    cached = meta.get("cached_tokens")
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached} if cached else None}
+
+
+@dataclass
+class Renderer:
+    """Turns one item's stitched cumulative chunks into OpenAI objects. Text is the
+    stitched ``text`` of ``/generate`` (cumulative), sent as increments."""
+
+    rid: str
+    model: str
+    created: int
+    chat: bool
+    include_usage: bool = False
+    sent: str = ""
+    started: bool = False
+
+    @property
+    def _object(self) -> str:
+        return "chat.completion" if self.chat else "text_completion"
+
+    def _envelope(self, choices: list[dict[str, Any]], obj: str) -> dict[str, Any]:
+        return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": choices}
+
+    def chunks(self, out: dict[str, Any]) -> list[dict[str, Any]]:
+        """The stream events for a cumulative chunk (the last one carries finish_reason)."""
+        text = out.get("text") or ""
+        delta = text[len(self.sent):] if text.startswith(self.sent) else text
+        self.sent = text if text.startswith(self.sent) else self.sent + text
+        meta = out.get("meta_info") or {}
+        reason, matched = _finish(meta)
+        if not delta and reason is None and self.started:
+            return []
+        if self.chat:
+            d: dict[str, Any] = {"content": delta}
+            if not self.started:
+                d = {"role": "assistant", "content": delta}
+            choice = {"index": 0, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+        self.started = True
+        obj = self._object + ".chunk" if self.chat else self._object
+        events = [self._envelope([choice], obj)]
+        if reason is not None and self.include_usage:
+            events.append({**self._envelope([], obj), "usage": usage(meta)})
+        return events
+
+    def whole(self, out: dict[str, Any]) -> dict[str, Any]:
+        """The non-streaming answer for the final stitched chunk."""
+        meta = out.get("meta_info") or {}
+        reason, matched = _finish(meta)
+        text = out.get("text") or ""
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+        else:
+            choice["text"] = text
+        choice.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
+        answer = {**self._envelope([choice], self._object), "usage": usage(meta)}
+        if meta.get("weight_version") is not None:
+            answer["metadata"] = {"weight_version": meta["weight_version"]}
+        return answer

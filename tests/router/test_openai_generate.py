@@ -1,0 +1,46 @@
+"""Which OpenAI requests run through the dispatcher, how their sampling maps onto
+``/generate``, and how stitched cumulative chunks render as OpenAI objects."""
+from __future__ import annotations
+
+from pearl_sglang.router.openai_generate import Renderer, eligible, sampling_params, tokenize_body
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_text_single_sequence_requests_are_eligible_and_the_rest_keep_the_proxy():
+    assert eligible({**CHAT, "max_tokens": 5, "stream": True, "seed": 3}, chat=True)
+    assert eligible({"prompt": "x"}, chat=False) and eligible({"prompt": [1, 2]}, chat=False)
+    for extra in ({"tools": []}, {"n": 2}, {"logprobs": True}, {"response_format": {"type": "json_object"}},
+                  {"made_up_field": 1}):
+        assert not eligible({**CHAT, **extra}, chat=True), extra
+    assert not eligible({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, chat=True)
+    assert not eligible({"prompt": ["a", "b"]}, chat=False)
+    assert tokenize_body({"prompt": [1, 2]}, chat=False) is None
+    assert tokenize_body({**CHAT, "chat_template_kwargs": {"x": 1}}, chat=True) == {
+        "messages": CHAT["messages"], "chat_template_kwargs": {"x": 1}}
+
+
+def test_sampling_maps_openai_names_and_sglang_defaults():
+    s = sampling_params({"max_completion_tokens": 7, "temperature": 0, "seed": 4, "stop": ["\n"],
+                         "min_tokens": 2}, chat=True, prompt_len=10, max_model_len=100, cap=1000)
+    assert s == {"max_new_tokens": 7, "temperature": 0, "sampling_seed": 4, "stop": ["\n"], "min_new_tokens": 2}
+    assert sampling_params({}, chat=True, prompt_len=10, max_model_len=100, cap=1000) == {"max_new_tokens": 89}
+    assert sampling_params({}, chat=False, prompt_len=10, max_model_len=100, cap=1000) == {"max_new_tokens": 16}
+
+
+def _out(text: str, n: int, reason=None) -> dict:
+    return {"text": text, "output_ids": list(range(n)),
+            "meta_info": {"prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0, "finish_reason": reason}}
+
+
+def test_renderer_sends_increments_then_finish_reason_and_usage():
+    r = Renderer(rid="r", model="m", created=1, chat=True, include_usage=True)
+    first = r.chunks(_out("Hel", 1))
+    assert first[0]["choices"][0]["delta"] == {"role": "assistant", "content": "Hel"}
+    assert r.chunks(_out("Hello", 2))[0]["choices"][0]["delta"] == {"content": "lo"}
+    last = r.chunks(_out("Hello!", 3, {"type": "stop", "matched": "!"}))
+    assert last[0]["choices"][0]["finish_reason"] == "stop" and last[0]["choices"][0]["matched_stop"] == "!"
+    assert last[1]["choices"] == [] and last[1]["usage"]["total_tokens"] == 7
+    whole = Renderer(rid="r", model="m", created=1, chat=False).whole(_out("ab", 2, {"type": "length", "length": 2}))
+    assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "ab"
+    assert whole["choices"][0]["finish_reason"] == "length" and whole["usage"]["completion_tokens"] == 2
