@@ -4,8 +4,9 @@ A router process in front of three emulated worker processes serves, all at once
 ``/generate`` streams, non-streaming ``/generate`` requests and OpenAI chat streams while
 one worker is SIGKILLed and another SIGSTOPped. Each request ends one of three ways:
 completed, an explicit error (a JSON error reply or an error event in its stream), or
-lost (the connection broke or the stream ended without either). Completed ``/generate``
-answers are sampled and compared, token for token, with a fresh reference worker.
+lost (the connection broke or the stream ended without either). The faults strike while
+many requests are in flight. Completed answers of every kind are sampled and compared
+with a fresh reference worker: ``/generate`` token for token, chat streams by content.
 
     python benchmarks/soak_chaos.py [--quick]
 """
@@ -66,8 +67,9 @@ async def _generate(c: httpx.AsyncClient, url: str, body: dict, stream: bool) ->
     return ("ok", last["output_ids"]) if done else ("lost", None)
 
 
-async def _chat(c: httpx.AsyncClient, url: str, body: dict) -> tuple[str, None]:
-    finished, error = False, False
+async def _chat(c: httpx.AsyncClient, url: str, body: dict) -> tuple[str, str | None]:
+    """The stream's outcome and, when it completed, its whole content."""
+    finished, error, content = False, False, []
     async with c.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}) as r:
         if r.status_code != 200:
             await r.aread()
@@ -76,8 +78,16 @@ async def _chat(c: httpx.AsyncClient, url: str, body: dict) -> tuple[str, None]:
             if line.startswith("data:") and "[DONE]" not in line:
                 event = json.loads(line[5:])
                 error = error or "error" in event
-                finished = finished or any(ch.get("finish_reason") for ch in event.get("choices") or [])
-    return ("error" if error else "ok" if finished else "lost"), None
+                for choice in event.get("choices") or []:
+                    content.append(choice.get("delta", {}).get("content") or "")
+                    finished = finished or bool(choice.get("finish_reason"))
+    if error:
+        return "error", None
+    return ("ok", "".join(content)) if finished else ("lost", None)
+
+
+def _chat_body(i: int, tokens: int) -> dict:
+    return {"messages": [{"role": "user", "content": f"hi {i}"}], "max_tokens": tokens, "ignore_eos": True}
 
 
 async def _one(url: str, kind: str, i: int, tokens: int, out: list) -> None:
@@ -86,8 +96,8 @@ async def _one(url: str, kind: str, i: int, tokens: int, out: list) -> None:
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10)) as c:
             if kind == "chat":
-                result = await _chat(c, url, {"messages": [{"role": "user", "content": f"hi {i}"}],
-                                              "max_tokens": tokens, "ignore_eos": True})
+                result = await _chat(c, url, _chat_body(i, tokens))
+                body = _chat_body(i, tokens)
             else:
                 result = await _generate(c, url, body, stream=kind == "generate_stream")
     except (httpx.HTTPError, ValueError) as e:
@@ -118,13 +128,17 @@ async def run(*, requests: int, tokens: int, time_scale: float, seed: int = 5) -
         tasks = []
         for i in range(requests):
             tasks.append(asyncio.ensure_future(_one(url, kinds[i % 3], i, tokens, out)))
-            if i == requests // 4:
-                await asyncio.sleep(0.5)
-                workers[0].send_signal(signal.SIGKILL)
-            if i == requests // 2:
-                await asyncio.sleep(0.5)
-                os.kill(workers[1].pid, signal.SIGSTOP)
-                stopped = workers[1]
+            if i in (requests // 4, requests // 2):
+                # Strike while many requests run, so the faults land on requests in flight.
+                for _ in range(500):
+                    if len(tasks) - len(out) >= min(requests // 8, 40):
+                        break
+                    await asyncio.sleep(0.01)
+                if i == requests // 4:
+                    workers[0].send_signal(signal.SIGKILL)
+                else:
+                    os.kill(workers[1].pid, signal.SIGSTOP)
+                    stopped = workers[1]
             await asyncio.sleep(rng.uniform(0, 0.02))
         await asyncio.gather(*tasks)
         async with httpx.AsyncClient(timeout=10) as c:
@@ -139,8 +153,8 @@ async def run(*, requests: int, tokens: int, time_scale: float, seed: int = 5) -
         chaos.lost = sum(o[2] == "lost" for o in out)
         chaos.by_kind = {k: {s: sum(o[0] == k and o[2] == s for o in out) for s in ("ok", "error", "lost")}
                          for k in kinds}
-        done = [o for o in out if o[0] != "chat" and o[2] == "ok"]
-        await _check_exact(rng.sample(done, min(60, len(done))), time_scale, chaos)
+        done = [o for o in out if o[2] == "ok"]
+        await _check_exact(rng.sample(done, min(90, len(done))), time_scale, chaos)
     finally:
         if stopped is not None:
             os.kill(stopped.pid, signal.SIGCONT)
@@ -161,10 +175,14 @@ async def _check_exact(sample: list, time_scale: float, chaos: Chaos) -> None:
     try:
         await _healthy(f"http://127.0.0.1:{port}")
         async with httpx.AsyncClient(timeout=120) as c:
-            for _, body, _, ids in sample:
-                want = (await c.post(f"http://127.0.0.1:{port}/generate", json=body)).json()["output_ids"]
+            for kind, body, _, got in sample:
+                if kind == "chat":
+                    r = await c.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body)
+                    want = r.json()["choices"][0]["message"]["content"]
+                else:
+                    want = (await c.post(f"http://127.0.0.1:{port}/generate", json=body)).json()["output_ids"]
                 chaos.checked_exact += 1
-                chaos.mismatched += want != ids
+                chaos.mismatched += want != got
     finally:
         ref.terminate()
         ref.wait(10)
