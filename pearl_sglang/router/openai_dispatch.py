@@ -8,7 +8,7 @@ import json
 from typing import Any, AsyncIterator
 
 from pearl_sglang.router import openai_generate
-from pearl_sglang.router.errors import UpstreamFailed, WorkerFailed, WorkerUnavailable
+from pearl_sglang.router.errors import BadRequest, UpstreamFailed, WorkerFailed, WorkerUnavailable
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import RouterState
 
@@ -56,6 +56,8 @@ async def prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, traje
     tokenizer stay the workers'); a completion prompt given as ids is used as it is."""
     request = openai_generate.tokenize_body(body, chat=chat)
     if request is None:
+        if not body["prompt"]:
+            raise BadRequest("the prompt is empty: there is nothing to generate from")
         return list(body["prompt"]), None
     key = prefix_key(None, json.dumps(request))
     failed: set[int] = set()
@@ -71,7 +73,9 @@ async def prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, traje
             last_error = e
             continue
         tokens = reply.get("tokens") if isinstance(reply, dict) else None
-        if not isinstance(tokens, list) or not tokens or not all(type(t) is int for t in tokens):
+        if tokens == []:
+            raise BadRequest("the prompt is empty once rendered: there is nothing to generate from")
+        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
             raise UpstreamFailed(f"worker {worker.slot} answered /tokenize without token ids: {str(reply)[:200]}")
         max_len = reply.get("max_model_len")
         return tokens, max_len if type(max_len) is int and 0 < max_len < 2**31 else None

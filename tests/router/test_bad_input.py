@@ -5,6 +5,7 @@ import httpx
 import pytest
 
 from tests.router.conftest import running_router, with_limits
+from tests.support.emulated import emulator
 
 DEAD_WORKER = "http://127.0.0.1:9"  # discard port: nothing listens there
 
@@ -177,3 +178,13 @@ async def test_openai_bodies_are_checked(path, body, fragment):
     async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
         r = await _post(url + path, json=body)
     assert r.status_code == 400 and fragment in r.json()["error"]["message"], r.text[:300]
+
+
+@pytest.mark.parametrize("body,fragment", [({"prompt": ""}, "empty"), ({"prompt": []}, "'prompt'")])
+async def test_an_empty_completion_prompt_is_a_400_not_a_502(body, fragment):
+    """Found by the malformed-request fuzz: the worker's /tokenize returns no ids for an empty
+    prompt, which the router once reported as a failed upstream."""
+    async with emulator() as (worker, _), running_router(regular=[worker]) as (url, _, _):
+        r = await _post(url + "/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["error"]["message"]
