@@ -45,45 +45,42 @@ class Chaos:
     router_worker_failures: float = 0.0  # pearl_worker_failures_total, all slots
 
 
+def _failed(r: httpx.Response) -> str:
+    """A non-200 reply's outcome: an explicit error the client can act on, or a lost request."""
+    return "error" if "error" in r.json() else "lost"
+
+
+async def _sse(c: httpx.AsyncClient, url: str, body: dict) -> tuple[str | None, list[dict]]:
+    """A streamed request's ``data:`` events, or its failed outcome when the reply is not 200."""
+    async with c.stream("POST", url, json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return _failed(r), []
+        return None, [json.loads(line[5:]) async for line in r.aiter_lines()
+                      if line.startswith("data:") and "[DONE]" not in line]
+
+
 async def _generate(c: httpx.AsyncClient, url: str, body: dict, stream: bool) -> tuple[str, list[int] | None]:
     if not stream:
         r = await c.post(url + "/generate", json=body)
-        if r.status_code != 200:
-            return ("error" if "error" in r.json() else "lost"), None
-        return "ok", r.json()["output_ids"]
-    last, error = None, False
-    async with c.stream("POST", url + "/generate", json={**body, "stream": True}) as r:
-        if r.status_code != 200:
-            await r.aread()
-            return ("error" if "error" in r.json() else "lost"), None
-        async for line in r.aiter_lines():
-            if line.startswith("data:") and "[DONE]" not in line:
-                event = json.loads(line[5:])
-                error = error or "error" in event
-                last = event if "output_ids" in event else last
-    if error:
-        return "error", None
+        return ("ok", r.json()["output_ids"]) if r.status_code == 200 else (_failed(r), None)
+    failed, events = await _sse(c, url + "/generate", body)
+    if failed or any("error" in e for e in events):
+        return failed or "error", None
+    last = next((e for e in reversed(events) if "output_ids" in e), None)
     done = last is not None and last["meta_info"]["finish_reason"] is not None
     return ("ok", last["output_ids"]) if done else ("lost", None)
 
 
 async def _chat(c: httpx.AsyncClient, url: str, body: dict) -> tuple[str, str | None]:
     """The stream's outcome and, when it completed, its whole content."""
-    finished, error, content = False, False, []
-    async with c.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}) as r:
-        if r.status_code != 200:
-            await r.aread()
-            return ("error" if "error" in r.json() else "lost"), None
-        async for line in r.aiter_lines():
-            if line.startswith("data:") and "[DONE]" not in line:
-                event = json.loads(line[5:])
-                error = error or "error" in event
-                for choice in event.get("choices") or []:
-                    content.append(choice.get("delta", {}).get("content") or "")
-                    finished = finished or bool(choice.get("finish_reason"))
-    if error:
-        return "error", None
-    return ("ok", "".join(content)) if finished else ("lost", None)
+    failed, events = await _sse(c, url + "/v1/chat/completions", body)
+    if failed or any("error" in e for e in events):
+        return failed or "error", None
+    choices = [choice for e in events for choice in e.get("choices") or []]
+    finished = any(choice.get("finish_reason") for choice in choices)
+    content = "".join(choice.get("delta", {}).get("content") or "" for choice in choices)
+    return ("ok", content) if finished else ("lost", None)
 
 
 def _chat_body(i: int, tokens: int) -> dict:
