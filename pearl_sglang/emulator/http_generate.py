@@ -409,27 +409,25 @@ async def tokenize(request: web.Request) -> web.StreamResponse:
         if not isinstance(messages, list) or not messages or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
             raise BadRequest({"error": {"message": "messages must be a non-empty list of objects with a 'role'"}})
-        tokens: Any = codec.encode(codec.render_chat(messages))
+        tokens: Any = list(codec.encode(codec.render_chat(messages)))
         count: Any = len(tokens)
     elif isinstance(prompt, str):
-        tokens = codec.encode(prompt)
+        tokens = list(codec.encode(prompt))
         count = len(tokens)
     elif isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        tokens = [codec.encode(p) for p in prompt]
+        tokens = [list(codec.encode(p)) for p in prompt]
         count = [len(t) for t in tokens]
     else:
         raise BadRequest({"error": {"message": f"Invalid prompt type: {type(prompt)}. Expected str or List[str]."}})
-    return web.json_response({"tokens": list(tokens) if messages is not None or isinstance(prompt, str)
-                              else [list(t) for t in tokens],
-                              "count": count, "max_model_len": worker.engine.context_length})
+    return web.json_response({"tokens": tokens, "count": count, "max_model_len": worker.engine.context_length})
 
 
 async def detokenize(request: web.Request) -> web.StreamResponse:
     """SGLang's ``/detokenize``: ``tokens`` (ids, or a list of id lists) to text."""
     worker = request.app[WORKER]
     body = await _json_body(request)
-    tokens = body.get("tokens") if isinstance(body, dict) else None
-    skip = body.get("skip_special_tokens", True) if isinstance(body, dict) else True
+    body = body if isinstance(body, dict) else {}
+    tokens, skip = body.get("tokens"), body.get("skip_special_tokens", True)
     if isinstance(tokens, list) and all(type(t) is int for t in tokens):
         return web.json_response({"text": worker.codec.decode(tokens, skip_special_tokens=bool(skip))})
     if isinstance(tokens, list) and all(isinstance(r, list) and all(type(t) is int for t in r) for r in tokens):
