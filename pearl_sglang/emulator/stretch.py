@@ -93,8 +93,6 @@ def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[
             break
         ends.append(e)
         durations.append(d)
-    if limit is not None and ends[0] > limit:
-        return None
     k = len(ends)
     if k < 2:
         return None
@@ -132,13 +130,11 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
         h = r.handle
         out = h.output_ids
         n_out = len(out)
-        if r.req.return_logprob:
-            salt, x = sched.salt_for(r.salt_seed), r.h
-            for tok in toks[lo:hi]:
-                h.output_logprobs.append(space.logprob(x, salt))
-                x = (x * BASE + tok + 1) & MASK
-        x = r.h
+        logprob = r.req.return_logprob
+        salt, x = sched.salt_for(r.salt_seed) if logprob else 0, r.h
         for tok in toks[lo:hi]:
+            if logprob:
+                h.output_logprobs.append(space.logprob(x, salt))
             x = (x * BASE + tok + 1) & MASK
         r.h = x
         out.extend(toks[lo:hi])
