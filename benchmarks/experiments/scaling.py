@@ -117,9 +117,9 @@ def misses(measured: Mapping[str, Any]) -> dict[str, float]:
 
 
 def fact_table(measured: Mapping[str, Any]) -> str:
-    rows = []
+    rows, miss = [], misses(measured)
     for key, paper in PAPER.items():
-        v, m = measured[key], misses(measured)[key]
+        v, m = measured[key], miss[key]
         fmt = (lambda x: f"{x:.1f}") if key in RELATIVE else (lambda x: f"{100 * x:.2f}%")
         bar = f"±{100 * TOLERANCE[key]:.0f}%" if key in RELATIVE else f"±{100 * TOLERANCE[key]:.0f} pt"
         rows.append([key, fmt(paper), fmt(v), bar, "yes" if abs(m) <= 1 else f"no ({m:+.1f}x the bar)"])
