@@ -59,6 +59,7 @@ from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
 from pearl_sglang.router.app import build_app  # noqa: E402
 from pearl_sglang.router.config import RouterConfig, Security  # noqa: E402
 from pearl_sglang.router.state import ROUTER  # noqa: E402
+from pearl_sglang.router.utilization import busiest_over_mean  # noqa: E402
 
 PEARL_POLICIES = ("cost", "cache_aware", "round_robin")
 SGLANG_POLICIES = ("cache_aware", "round_robin")
@@ -278,8 +279,8 @@ def balance(per_worker: list[dict[str, float]]) -> dict[str, Any]:
     busy = [w["busy_s"] for w in per_worker]
     prompt = sum(w["prompt_tokens"] for w in per_worker)
     return {
-        "generated_busiest_over_mean": max(gen) / (sum(gen) / len(gen)) if sum(gen) else 0.0,
-        "busy_busiest_over_mean": max(busy) / (sum(busy) / len(busy)) if sum(busy) else 0.0,
+        "generated_busiest_over_mean": busiest_over_mean(gen) or 0.0,
+        "busy_busiest_over_mean": busiest_over_mean(busy) or 0.0,
         "workers_used": sum(1 for g in gen if g > 0),
         "cache_hit_rate": sum(w["cached_tokens"] for w in per_worker) / prompt if prompt else 0.0,
     }
