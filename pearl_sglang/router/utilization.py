@@ -13,8 +13,6 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-FIELDS = ("busy_s", "prefill_tokens", "generated_tokens", "cached_tokens", "requests")
-
 
 @dataclass
 class WorkerUsage:
@@ -23,10 +21,6 @@ class WorkerUsage:
     generated_tokens: int = 0
     cached_tokens: int = 0
     requests: int = 0
-
-    def add(self, other: "WorkerUsage") -> None:
-        for f in FIELDS:
-            setattr(self, f, getattr(self, f) + getattr(other, f))
 
 
 def busiest_over_mean(values: list[float]) -> float | None:
