@@ -25,7 +25,6 @@ no clock; the caller passes snapshots.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -45,12 +44,6 @@ class CostRates:
     @classmethod
     def from_profile(cls, p: Profile) -> "CostRates":
         return cls(t_prefill=p.t_prefill, A=p.A, b=p.b, r=max(p.r, 1.0))
-
-    def validate(self) -> None:
-        for name in ("t_prefill", "A", "b", "r"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise InvalidConfig(f"{name} must be a finite number >= 0, got {value!r}", key=name)
 
 
 class WorkerLoad(NamedTuple):
