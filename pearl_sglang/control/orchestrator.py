@@ -274,6 +274,13 @@ class Orchestrator(WeightPushes, GrowthRecovery):
                                  asyncio.ensure_future(self._grow_with_retries(p, operation)))
         return self._growth
 
+    async def _regrow(self, event: str, operation: str, *, borrow: bool) -> Expansion:
+        """Replace the growth in flight by one planned for ``event`` (one growth at a
+        time); the caller holds ``_lock``."""
+        await self._cancel_growth(by=event)
+        p = await self._begin(event, borrow=borrow)
+        return self._start_growth(p, operation)
+
     async def _cancel_growth(self, *, by: str) -> None:
         """Cancel the growth in flight on behalf of event ``by``. Callers hold ``_lock``
         and begin their own growth before letting go of it, which ``follow`` relies on."""
@@ -367,9 +374,7 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             self.borrowing = borrow
             self._persist()
             if borrow:
-                await self._cancel_growth(by="train_finished")  # one growth at a time
-                p = await self._begin("train_finished", borrow=True)
-                self._start_growth(p, "intra_scale")
+                await self._regrow("train_finished", "intra_scale", borrow=True)
         return {"step": step, "borrowing": borrow, "reason": reason}
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
@@ -389,9 +394,7 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         later event that superseded it) has finished, with what happened to them."""
         async with self._lock:
             await self.store.apply([GpusJoin(tuple(gpus))])
-            await self._cancel_growth(by="gpus_join")
-            p = await self._begin("gpus_join", borrow=self.borrowing)
-            growth = self._start_growth(p, "inter_scale")
+            growth = await self._regrow("gpus_join", "inter_scale", borrow=self.borrowing)
         on_gpus = frozenset(gpus)
         outcome = await follow(growth, lock=self._lock, current=lambda: self._growth,
                                still_joining=lambda: bool(readied_on(self.store.table, on_gpus)))
@@ -422,9 +425,7 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         async with self._lock:
             self.config = replace(self.config, pd_mode=mode)
             self.config.validate()
-            await self._cancel_growth(by="pd_mode")
-            p = await self._begin("pd_mode", borrow=self.borrowing)
-            growth = self._start_growth(p, "pd_mode")
+            growth = await self._regrow("pd_mode", "pd_mode", borrow=self.borrowing)
         outcome = await follow(growth, lock=self._lock, current=lambda: self._growth)
         reason = outcome.stopped() if outcome.growth is None else outcome.growth.reason
         return {"pd_mode": mode, "topology": self.store.table.active_topology().label(), **outcome.describe(),

@@ -96,9 +96,7 @@ class WeightPushes:
             await self.store.apply([WorkerFailed(s) for s in stale])
             for s in stale:
                 await self.executor.kill(s)
-            await self._cancel_growth(by="weights_repair")  # one growth at a time
-            p = await self._begin("weights_repair", borrow=self.borrowing)
-            self._start_growth(p, "weights_repair")
+            await self._regrow("weights_repair", "weights_repair", borrow=self.borrowing)
 
     async def weight_group(self: "Orchestrator", *, spec: GroupSpec | None = None,
                            destroy: str | None = None, request_id: str | None = None) -> dict[str, Any]:
