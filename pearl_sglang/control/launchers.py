@@ -20,10 +20,10 @@ import aiohttp
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
 from pearl_sglang.control.processes import PortPool, ServerProcess, ServerSpec, group_alive, kill_group
 from pearl_sglang.control.start_failures import EngineCannotStart, LaunchError, PortInUse, start_failure
+from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
 
 __all__ = ["EngineCannotStart", "LaunchError", "PortInUse", "LaunchSpec", "LaunchedWorker", "Launcher",
            "LocalLauncher", "engine_args", "engine_argv", "visible_devices", "wait_healthy"]
-from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
 
 
 @dataclass(frozen=True)
