@@ -2,8 +2,9 @@
 
 One JSON document (``state.json`` in ``--state-dir``) holds the table, the latest weight
 snapshot and the numbered log of adopted pushes (the staleness bound counts from it), the
-training/borrowing flags, where each launched worker lives (endpoint, PID) and the *intent*: the plan being executed, written before any worker is touched and
-cleared when it is done. A router killed at any moment finds on restart what it was
+training/borrowing flags, where each launched worker lives (endpoint, PID) and the
+*intent*: the plan being executed, written before any worker is touched and cleared when
+it is done. A router killed at any moment finds on restart what it was
 doing and what it had launched; ``reconcile`` then checks that against the workers
 themselves instead of trusting the record. The write is a temp file, ``fsync``, atomic
 ``rename`` and a directory ``fsync``: a crash leaves the old document or the new one,
