@@ -104,7 +104,7 @@ async def follow(growth: Expansion, *, lock: asyncio.Lock, current: Callable[[],
     """Wait for ``growth`` and, each time an event cancelled it, for the growth that event
     began instead (``current()`` once ``lock`` is free: events cancel and begin under
     it), until one finishes. Then, while ``still_joining()``, also for a newer growth
-    still in flight, which began without cancelling this one (after train_finished)."""
+    still in flight, which an event began after this one had already finished."""
     superseded: list[str] = []
     while True:
         await asyncio.wait([growth.task])
