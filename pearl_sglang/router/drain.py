@@ -22,11 +22,12 @@ async def migrate_off(st: RouterState, slot: int) -> int:
     for entry in entries:
         if entry.cause is None:
             entry.cause = EndCause.MIGRATE
-    await _abort_all(st, entries)
+    await abort_entries(st, entries)
     return len(entries)
 
 
-async def _abort_all(st: RouterState, entries) -> None:
+async def abort_entries(st: RouterState, entries) -> None:
+    """Abort each entry on every worker it is on, by the rid that worker knows it by."""
     await asyncio.gather(*(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
                            for entry in entries for url in entry.urls))
 

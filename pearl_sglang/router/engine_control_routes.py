@@ -18,17 +18,16 @@ they become PEARL-level operations:
 """
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import AsyncExitStack
 from aiohttp import web
 
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.router.control_routes import _body, _control, _opt_str, _run
+from pearl_sglang.router.drain import abort_entries
 from pearl_sglang.router.errors import BadRequest
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.state import ROUTER, RouterState
-from pearl_sglang.router.worker_client import abort
 
 PATHS = ("/pause_generation", "/continue_generation", "/update_weights_from_disk")
 PAUSE = web.AppKey("pearl_pause", dict)
@@ -38,8 +37,7 @@ async def _abort_in_flight(st: RouterState) -> int:
     entries = st.inflight.matching(None)
     for entry in entries:
         entry.cause = EndCause.CLIENT_ABORT
-    await asyncio.gather(*(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
-                           for entry in entries for url in entry.urls))
+    await abort_entries(st, entries)
     return len(entries)
 
 

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from pearl_sglang import fastjson
 from pearl_sglang.router.client_watch import client_gone
+from pearl_sglang.router.drain import abort_entries
 from pearl_sglang.router.errors import (
     BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
     WorkerStalled, WorkerUnavailable,
@@ -35,7 +36,6 @@ from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
-from pearl_sglang.router.worker_client import abort
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
@@ -233,12 +233,9 @@ async def abort_request(request: web.Request) -> web.Response:
         raise BadRequest(f"'rid' must be at most {st.config.limits.max_rid_length} characters",
                          kind="limit_max_rid_length")
     entries = st.inflight.matching(None if abort_all else rid)
-    calls = []
     for entry in entries:
         entry.cause = EndCause.CLIENT_ABORT
-        calls.extend(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
-                     for url in entry.urls)
-    await asyncio.gather(*calls)
+    await abort_entries(st, entries)
     return web.json_response({"aborted": [e.rid for e in entries]})
 
 
