@@ -30,24 +30,32 @@ async def whole_text(st: RouterState, run: AsyncIterator[dict[str, Any]], *,
             yield chunk
 
 
-async def _detokenize(st: RouterState, ids: list[int], skip_special_tokens: Any) -> str:
+async def _post_any(st: RouterState, path: str, request: dict[str, Any], *, key: tuple[int, ...],
+                    trajectory: str | None, what: str, failure: str) -> tuple[int, Any]:
+    """``request`` posted to ``path`` of a routable worker, the next one tried while they
+    are unreachable or fail; returns the answering worker's slot and its reply. Not a
+    placement: the request's own route is not remembered."""
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):
-        worker = (await st.dispatcher.route((), trajectory=None, exclude=failed, what="/detokenize",
+        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what,
                                             remember=False)).main
         try:
-            reply = await st.dispatcher.transport.post_json(
-                slot=worker.slot, url=worker.endpoint, path="/detokenize",
-                body={"tokens": ids, "skip_special_tokens": bool(skip_special_tokens)})
+            return worker.slot, await st.dispatcher.transport.post_json(
+                slot=worker.slot, url=worker.endpoint, path=path, body=request)
         except (WorkerUnavailable, WorkerFailed) as e:
             failed.add(worker.slot)
             last_error = e
-            continue
-        if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
-            raise UpstreamFailed(f"worker {worker.slot} answered /detokenize without text: {str(reply)[:200]}")
-        return reply["text"]
-    raise UpstreamFailed(f"no worker could decode a migrated output: {last_error}")
+    raise UpstreamFailed(f"{failure}: {last_error}")
+
+
+async def _detokenize(st: RouterState, ids: list[int], skip_special_tokens: Any) -> str:
+    slot, reply = await _post_any(st, "/detokenize", {"tokens": ids, "skip_special_tokens": bool(skip_special_tokens)},
+                                  key=(), trajectory=None, what="/detokenize",
+                                  failure="no worker could decode a migrated output")
+    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
+        raise UpstreamFailed(f"worker {slot} answered /detokenize without text: {str(reply)[:200]}")
+    return reply["text"]
 
 
 async def prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, trajectory: str | None,
@@ -59,24 +67,13 @@ async def prompt_ids(st: RouterState, body: dict[str, Any], *, chat: bool, traje
         if not body["prompt"]:
             raise BadRequest("the prompt is empty: there is nothing to generate from")
         return list(body["prompt"]), None
-    key = prefix_key(None, json.dumps(request))
-    failed: set[int] = set()
-    last_error: Exception | None = None
-    for _ in range(st.config.dispatch.max_attempts):
-        worker = (await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=what,
-                                               remember=False)).main
-        try:
-            reply = await st.dispatcher.transport.post_json(slot=worker.slot, url=worker.endpoint,
-                                                            path="/tokenize", body=request)
-        except (WorkerUnavailable, WorkerFailed) as e:
-            failed.add(worker.slot)
-            last_error = e
-            continue
-        tokens = reply.get("tokens") if isinstance(reply, dict) else None
-        if tokens == []:
-            raise BadRequest("the prompt is empty once rendered: there is nothing to generate from")
-        if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
-            raise UpstreamFailed(f"worker {worker.slot} answered /tokenize without token ids: {str(reply)[:200]}")
-        max_len = reply.get("max_model_len")
-        return tokens, max_len if type(max_len) is int and 0 < max_len < 2**31 else None
-    raise UpstreamFailed(f"no worker could tokenize the prompt of {what}: {last_error}")
+    slot, reply = await _post_any(st, "/tokenize", request, key=prefix_key(None, json.dumps(request)),
+                                  trajectory=trajectory, what=what,
+                                  failure=f"no worker could tokenize the prompt of {what}")
+    tokens = reply.get("tokens") if isinstance(reply, dict) else None
+    if tokens == []:
+        raise BadRequest("the prompt is empty once rendered: there is nothing to generate from")
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise UpstreamFailed(f"worker {slot} answered /tokenize without token ids: {str(reply)[:200]}")
+    max_len = reply.get("max_model_len")
+    return tokens, max_len if type(max_len) is int and 0 < max_len < 2**31 else None
