@@ -26,12 +26,12 @@ class InFlight:
     urls: tuple[str, ...] = ()
     cause: EndCause | None = None
     worker_rid: str = ""
-
-    def __post_init__(self) -> None:
-        self.worker_rid = self.worker_rid or self.rid
     # False for OpenAI requests proxied as they are: the router holds no token ids to
     # resubmit, so a drain waits for them to finish instead of aborting them.
     movable: bool = True
+
+    def __post_init__(self) -> None:
+        self.worker_rid = self.worker_rid or self.rid
 
 
 @dataclass
