@@ -38,8 +38,11 @@ class Cluster:
     def table(self) -> StateTable:
         return self.store.table
 
-    async def admin(self, path, body, expect=200):
-        r = await self.client.post(self.url + path, json=body, headers=self.auth)
+    async def admin(self, path, body, expect=200, timeout: float | None = None):
+        """POST an admin call; ``timeout`` overrides the client's 60 s for calls that wait on
+        engine launches (a real SGLang relaunch on a loaded CPU machine can take minutes)."""
+        extra = {} if timeout is None else {"timeout": timeout}
+        r = await self.client.post(self.url + path, json=body, headers=self.auth, **extra)
         assert r.status_code == expect, r.text
         return r.json()
 

@@ -50,7 +50,7 @@ async def test_joined_worker_serves_only_at_latest_weights(tiny_model_dir, tiny_
         ids = [21, 22, 23, 24]
         on_v2 = await c.generate(ids, 12)
         assert on_v2["meta_info"]["weight_version"] == "v2"
-        out = await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]})
+        out = await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]}, timeout=400)
         assert out["admitted"] == [1]
         joined = c.table.worker(1)
         assert joined.weight_version == "v2"
@@ -79,7 +79,7 @@ async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir
         assert c.launcher.launches == launches  # decode -> prefill in place, no relaunch
         assert all(o["meta_info"]["completion_tokens"] == 300 for o in await asyncio.gather(*flood))
         assert (await c.generate(ids, 20))["output_ids"] == expected
-        await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"})  # PD -> colocated: relaunch
+        await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}, timeout=400)  # PD -> colocated: relaunch
         assert c.table.active_topology().colocated == 2
         assert c.launcher.launches == launches + 2
         assert (await c.generate(ids, 20))["output_ids"] == expected
