@@ -12,9 +12,11 @@ Three parts, all from what the data path already sees:
   its trajectory id, or without one by the last block of its prompt + output (which the
   next turn's prompt starts with).
 
-``snapshot`` turns them into ``core.placement.WorkerLoad`` values, merging the workers'
-own reports (``report``: running + waiting requests from their load endpoint) by taking
-the larger count, so requests from other clients count too.
+``snapshot`` turns them into ``core.placement.WorkerLoad`` values, adding what the workers'
+own reports (``report``: running + waiting requests from their load endpoint) hold beyond
+the router's own requests, so requests from other clients count too. A report is seconds
+old: it is the router's own count when it was read that is subtracted, never today's, or
+every turn that ended since would count twice (as owed and again as the stale report).
 """
 from __future__ import annotations
 
@@ -34,10 +36,16 @@ class _Owed:
 
 @dataclass(frozen=True)
 class WorkerReport:
-    """A worker's own count of requests (running + waiting), and when it was read."""
+    """A worker's own count of requests (running + waiting), when it was read, and how many
+    of them were the router's own then (the rest came from other clients)."""
 
     requests: int
     at: float
+    own: int = 0
+
+    @property
+    def others(self) -> int:
+        return max(0, self.requests - self.own)
 
 
 class LoadModel:
@@ -112,8 +120,12 @@ class LoadModel:
             self._uncount(entry.slot)
 
     # ---- worker reports --------------------------------------------------------------------
-    def report(self, slot: int, requests: int, now: float) -> None:
-        self._reports[slot] = WorkerReport(requests, now)
+    def report(self, slot: int, requests: int, now: float, *, own_when_asked: int = 0) -> None:
+        """``own_when_asked``: the router's requests on ``slot`` when the worker was asked; the
+        worker counted at some moment between then and now, so the larger of that and the
+        count now is taken as the router's share (others' load is never overstated)."""
+        own = max(own_when_asked, self.inflight.load().get(slot, 0))
+        self._reports[slot] = WorkerReport(requests, now, own)
 
     def forget(self, slot: int) -> None:
         self._reports.pop(slot, None)
@@ -127,8 +139,8 @@ class LoadModel:
         for slot in {*running, *prefill, *owed, *reports}:
             n = running.get(slot, 0)
             rep = reports.get(slot)
-            if rep is not None and now - rep.at <= self.report_ttl_s and rep.requests > n:
-                n = rep.requests
+            if rep is not None and now - rep.at <= self.report_ttl_s:
+                n += rep.others
             out[slot] = WorkerLoad(prefill.get(slot, 0), n, float(owed.get(slot, 0)))
         return out
 

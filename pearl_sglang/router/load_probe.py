@@ -57,10 +57,11 @@ async def load_probe_loop(session: aiohttp.ClientSession, store: StateStore, loa
     while True:
         await asyncio.sleep(interval_s)
         workers = [w for w in store.table.active() if w.endpoint]
+        own = dict(loads.inflight.load())  # a copy: the registry updates its own dict
         counts = await asyncio.gather(*(_read(session, w.endpoint, timeout_s) for w in workers))
         now = loop.time()
         for w, n in zip(workers, counts):
             if n is not None:
-                loads.report(w.slot, n, now)
+                loads.report(w.slot, n, now, own_when_asked=own.get(w.slot, 0))
             else:
                 loads.forget(w.slot)

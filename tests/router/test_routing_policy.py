@@ -93,6 +93,24 @@ def test_queued_prefill_counts_until_the_first_chunk_and_reports_merge():
     assert 3 not in loads.snapshot(100.0) or loads.snapshot(100.0)[3].running == 0
 
 
+def test_a_stale_worker_report_does_not_count_turns_that_ended_since_twice():
+    """The worker was asked while the router's own 8 turns ran there; the turns ended since
+    and are owed (between turns). Its report, still fresh by age, adds only what other
+    clients sent: 8 sequences owed there, not 8 owed plus 8 reported running."""
+    inflight = InFlightRegistry()
+    loads = LoadModel(inflight, report_ttl_s=5.0)
+    for i in range(8):
+        inflight.assign(inflight.open(f"r{i}"), (0,), ("http://w0",))
+    loads.report(0, requests=8, now=0.0)
+    for i in range(8):
+        inflight.close(f"r{i}")
+        loads.turn_ended(f"t{i}", 0, now=0.5)
+    snap = loads.snapshot(1.0)[0]
+    assert (snap.running, snap.owed) == (0, 8.0)
+    loads.report(0, requests=11, now=1.5)   # 11 requests from other clients
+    assert loads.snapshot(2.0)[0].sequences == 19.0
+
+
 def test_utilization_counts_busy_time_tokens_and_steps():
     from pearl_sglang.router.utilization import Utilization
 
