@@ -40,7 +40,7 @@ import logging
 import random
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -60,6 +60,8 @@ from pearl_sglang.router.app import build_app  # noqa: E402
 from pearl_sglang.router.config import RouterConfig, Security  # noqa: E402
 from pearl_sglang.router.state import ROUTER  # noqa: E402
 from pearl_sglang.router.utilization import busiest_over_mean  # noqa: E402
+
+from benchmarks.placement_trace import Recorder  # noqa: E402
 
 PEARL_POLICIES = ("cost", "cache_aware", "round_robin")
 SGLANG_POLICIES = ("cache_aware", "round_robin")
@@ -93,11 +95,15 @@ class Pool:
     workers: list[emu.Worker]
     urls: list[str]
     runners: list[web.AppRunner]
+    recorder: Recorder
 
     def counters(self) -> list[dict[str, float]]:
         return [{"generated_tokens": w.engine.stats.generation_tokens, "prompt_tokens": w.engine.stats.prompt_tokens,
                  "cached_tokens": w.engine.stats.cached_tokens, "busy_s": w.engine.stats.busy_s,
-                 "requests": w.engine.stats.requests} for w in self.workers]
+                 "requests": w.engine.stats.requests, "prefill_tokens": w.engine.stats.prefill_tokens,
+                 "prefill_iteration_s": w.engine.stats.prefill_iteration_s,
+                 "decode_only_s": w.engine.stats.decode_only_s, "iterations": w.engine.stats.iterations}
+                for w in self.workers]
 
     async def flush(self, session: aiohttp.ClientSession) -> None:
         for url in self.urls:
@@ -117,7 +123,9 @@ async def start_pool(n: int, profile: str, time_scale: float, model_dir: Path) -
         workers.append(w)
         urls.append(f"http://127.0.0.1:{port}")
         runners.append(runner)
-    return Pool(workers, urls, runners)
+    recorder = Recorder(workers, time_scale)
+    recorder.install()
+    return Pool(workers, urls, runners, recorder)
 
 
 # ---- targets ------------------------------------------------------------------------------
@@ -218,6 +226,7 @@ class SglangTarget:
 class Progress:
     turns_done: int = 0
     errors: int = 0
+    sent: dict[str, float] = field(default_factory=dict)  # rid -> send time (the trace's router wait)
 
 
 async def trajectory(session: aiohttp.ClientSession, url: str, wl: Workload, index: int, prompt: str,
@@ -228,6 +237,7 @@ async def trajectory(session: aiohttp.ClientSession, url: str, wl: Workload, ind
         body = {"text": context, "sampling_params": {"max_new_tokens": wl.max_new_tokens, "ignore_eos": True,
                                                      "temperature": 1.0}, "rid": f"{run}-{index}-{turn}"}
         headers = {"X-Pearl-Trajectory-Id": f"{run}-{index}", "X-Pearl-Turn": str(turn)}
+        progress.sent[body["rid"]] = time.monotonic()
         async with session.post(url + "/generate", json=body, headers=headers) as r:
             if r.status != 200:
                 progress.errors += 1
@@ -245,6 +255,9 @@ async def run_one(target, pool: Pool, wl: Workload, time_scale: float, *, join: 
     rng = random.Random(wl.seed)
     prompts = [_text(rng, wl.prompt_tokens) for _ in range(wl.groups)]
     progress = Progress()
+    pool.recorder.start()
+    pool.recorder.sent = progress.sent
+    sampler = asyncio.ensure_future(pool.recorder.sample())
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=3600)) as session:
         await pool.flush(session)
@@ -263,9 +276,11 @@ async def run_one(target, pool: Pool, wl: Workload, time_scale: float, *, join: 
         await asyncio.gather(*tasks)
         elapsed = time.monotonic() - t0
         after = pool.counters()
+    sampler.cancel()
     per_worker = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
     result: dict[str, Any] = {"target": target.name, "rollout_s": elapsed * time_scale,
-                              "per_worker": per_worker, "migrations": target.migrations(), **balance(per_worker)}
+                              "per_worker": per_worker, "migrations": target.migrations(), **balance(per_worker),
+                              "trace": pool.recorder.report()}
     if at_join is not None:
         half = len(pool.workers) - target.active
         after_join = [a["generated_tokens"] - j["generated_tokens"] for a, j in zip(after, at_join)]
@@ -381,6 +396,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pearl-policies", nargs="+", default=list(PEARL_POLICIES), choices=PEARL_POLICIES)
     ap.add_argument("--no-sglang-router", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="JSON result (a .md table is written next to it)")
+    ap.add_argument("--trace", action="store_true",
+                    help="keep every request and queue-depth sample in the JSON (large)")
     args = ap.parse_args(argv)
     if args.quick:
         args.workers, args.groups, args.group_size, args.turns = 4, 2, 8, 2
@@ -398,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     # answers 400 and logs a traceback for each, which is noise here.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     result = asyncio.run(bench(args))
+    if not args.trace:
+        for r in result["rows"]:
+            r["trace"].pop("requests")
+            r["trace"].pop("queue_samples")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1))
