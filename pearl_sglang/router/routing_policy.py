@@ -35,9 +35,11 @@ POLICY_NAMES = tuple(p.value for p in PolicyName)
 
 
 class Request(NamedTuple):
+    """``home``: the worker the request's trajectory lives on (``Selector.home``), if any."""
+
     key: tuple[int, ...]
     context_tokens: int
-    holder: int | None
+    home: int | None
     rates: CostRates
 
 
@@ -55,19 +57,20 @@ class RoutingPolicy(Protocol):
 @dataclass(frozen=True)
 class CostPolicy:
     """``margin``: how much cheaper (relative) another worker must be before a trajectory
-    leaves the worker that holds its prefix (no hopping between near-equal workers)."""
+    leaves its home, the worker of its previous turn (no hopping between near-equal
+    workers). A request without a home (a first turn) gets no margin: the cheapest wins."""
 
     margin: float = 0.05
     name: str = PolicyName.COST.value
 
     def select_worker(self, options: Sequence[Option], request: Request) -> int:
         return choose_colocated(request.rates, options, context_tokens=request.context_tokens,
-                                margin=self.margin, holder=request.holder)
+                                margin=self.margin, holder=request.home)
 
     def select_pair(self, prefills: Sequence[Option], decodes: Sequence[Option],
                     request: Request) -> tuple[int, int]:
         return choose_pair(request.rates, prefills, decodes, context_tokens=request.context_tokens,
-                           margin=self.margin, holder=request.holder)
+                           margin=self.margin, holder=request.home)
 
 
 def _least_running(options: Sequence[Option]) -> int:

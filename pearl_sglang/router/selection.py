@@ -130,7 +130,7 @@ class Selector:
         if log is not None:
             excluded |= {w.slot for w in table.active() if not log.servable(w.weight_version)}
         request = Request(key=key, context_tokens=context if context is not None else len(key) * TOKEN_BLOCK,
-                          holder=self.holder(key, trajectory), rates=self.rates())
+                          home=self.home(key, trajectory), rates=self.rates())
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
         if colocated:
             options = self._options(colocated, loads, key)
@@ -193,6 +193,16 @@ class Selector:
             self._trajectory_owner.move_to_end(trajectory)
             while len(self._trajectory_owner) > self.policy.max_trajectories:
                 self._trajectory_owner.popitem(last=False)
+
+    def home(self, key: tuple[int, ...], trajectory: str | None = None) -> int | None:
+        """Where the request's conversation lives, the worker placement keeps it on while
+        that is within the policy's margin. With a trajectory id: the worker of its latest
+        turn, and none on its first turn, even when copies of its prompt are cached (a GRPO
+        group's shared prompt is no member's home: the members spread by cost alone, which
+        already credits a worker for the prefix it holds). Without one: ``holder``."""
+        if trajectory is not None:
+            return self._trajectory_owner.get(trajectory)
+        return self.holder(key)
 
     def holder(self, key: tuple[int, ...], trajectory: str | None = None) -> int | None:
         """The worker of the trajectory's latest turn, else the latest server of the

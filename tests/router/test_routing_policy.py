@@ -32,6 +32,25 @@ def test_cost_spreads_a_group_that_cache_aware_keeps_on_one_worker():
         assert sorted(running.values(), reverse=True) == expected, name
 
 
+def test_a_shared_prompt_is_no_members_home_but_a_previous_turn_is():
+    """Every worker holds a GRPO group's prompt; worker 0 served it last and runs 8
+    sequences, the others 7. A member's first turn (trajectory id, no turn yet) takes a
+    7-worker: the prompt's latest server gets no margin to take a 9th. A trajectory whose
+    previous turn ran on worker 0 stays there within the margin."""
+    table = _table(8)
+    sel = Selector(routing="cost")
+    prompt = list(range(512))
+    key = prefix_key(prompt, None)
+    busy = {s: WorkerLoad(running=100) for s in range(8)}
+    for slot in [*range(1, 8), 0]:   # each worker serves the prompt once, worker 0 last
+        assert _route(sel, table, key, {**busy, slot: WorkerLoad()}, trajectory=f"m{slot}") == slot
+    assert sel.holder(key) == 0
+    loads = {s: WorkerLoad(running=8 if s == 0 else 7) for s in range(8)}
+    assert _route(sel, table, key, loads, trajectory="first-turn") != 0
+    nxt = prefix_key(prompt + list(range(1000, 1100)), None)
+    assert _route(sel, table, nxt, loads, trajectory="m0") == 0
+
+
 def test_cache_aware_yields_to_load_past_sglang_routers_thresholds():
     table = _table(2)
     key = prefix_key(list(range(640)), None)
