@@ -108,3 +108,12 @@ def test_growing_text_equals_decoding_the_whole_output_each_time():
     assert growing.decode(ids[:-1]) == codec.decode(ids[:-1])  # a trimmed final output
     fresh = GrowingText(codec)
     assert fresh.decode([300, 301]) == " t300 t301" and fresh.decode([300]) == " t300"
+
+
+def test_byte_codec_encodes_specials_as_one_id_and_the_rest_as_utf8_bytes():
+    from pearl_sglang.emulator.codec import TextCodec
+
+    codec = TextCodec(None)
+    assert codec.encode("ab<|im_start|>é<|im_end|><|x<|endoftext|>") == [
+        97, 98, 257, 195, 169, 258, 60, 124, 120, 256]
+    assert codec.encode("") == [] and codec.decode(codec.encode("plain text, 中")) == "plain text, 中"
