@@ -4,10 +4,11 @@ sglang-router 0.3.2, over the same emulated workers in one run.
     .venv/bin/python -m benchmarks.placement [--quick] [--out benchmarks/results/placement.json]
 
 Workers are emulated SGLang servers (``--profile``, default Qwen3-8B on H800 TP2) served
-in this process on loopback ports; PEARL's router runs in this process too (attach mode,
-``--routing-policy`` cost, cache_aware and round_robin); sglang-router 0.3.2 (the Rust
-router, ``cache_aware`` and ``round_robin``) runs from the real-SGLang CPU stack when it is
-set up (``scripts/setup_sglang_cpu.sh``), else its rows are left out and the run says so.
+in this process on loopback ports. Each router runs as its own process
+(``benchmarks.placement_targets``): PEARL's (attach mode, ``--routing-policy`` cost,
+cache_aware and round_robin) and sglang-router 0.3.2 (the Rust router, ``cache_aware`` and
+``round_robin``) from the real-SGLang CPU stack when it is set up
+(``scripts/setup_sglang_cpu.sh``), else its rows are left out and the run says so.
 
 Workload (GRPO): ``--groups`` groups of ``--group-size`` trajectories; members of a group
 share one ``--prompt-tokens`` prompt; each trajectory runs ``--turns`` turns of
@@ -16,7 +17,10 @@ share one ``--prompt-tokens`` prompt; each trajectory runs ``--turns`` turns of
 replaced before each new turn (0: the cache-friendly regime). Every trajectory starts at
 once, as a rollout step does. Requests carry PEARL's trajectory headers (sglang-router
 ignores them) and ``text`` prompts (the emulator's byte codec: one character per token),
-which both routers can key their prefix trees on.
+which both routers can key their prefix trees on. Each trajectory has its own
+``sampling_seed`` and the workers share one model seed, so a trajectory generates the same
+tokens whichever worker serves it, and the members of a group differ (as sampled GRPO
+responses do): routers are compared on identical token streams.
 
 Scenarios, each for every target:
 
@@ -24,9 +28,14 @@ Scenarios, each for every target:
   generated tokens, prompt tokens, cache-hit tokens, busy time, requests; busiest/mean
   generated tokens and busy time; workers used; cache hit rate; rollout time.
 * ``join``: ``--workers``/2 active; the other half is admitted once a quarter of all turns
-  has finished (PEARL: the table marks them active; sglang-router: ``POST /workers``).
-  Reported: the share of the decode work generated after admission that the new workers
-  took (sglang-router health-checks added workers before it routes to them).
+  has finished, through ``POST /workers`` on either router (each health-checks a worker
+  before it routes to it). Reported: the share of the decode work generated after
+  admission that the new workers took.
+
+Beneath the summary (``benchmarks.placement_trace``): per worker, prefill tokens computed,
+prefill and decode-only iteration time, iterations, queue depths over time and the wait in
+the worker; per request, its worker and its wait in the router; per trajectory, the
+workers of its turns.
 
 Rollout time is emulated seconds (wall time x ``--time-scale``). Writes JSON and a
 Markdown table.
@@ -40,7 +49,7 @@ import logging
 import random
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -50,17 +59,12 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 STACK_DIR = REPO / ".sglang-cpu"
 
-from pearl_sglang.control.attach import attached_table  # noqa: E402
-from pearl_sglang.control.processes import SglangCpuStack, free_port  # noqa: E402
-from pearl_sglang.control.state_store import StateStore  # noqa: E402
-from pearl_sglang.core.state import Activity  # noqa: E402
+from pearl_sglang.control.processes import SglangCpuStack  # noqa: E402
 from pearl_sglang.emulator import server as emu  # noqa: E402
 from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
-from pearl_sglang.router.app import build_app  # noqa: E402
-from pearl_sglang.router.config import RouterConfig, Security  # noqa: E402
-from pearl_sglang.router.state import ROUTER  # noqa: E402
 from pearl_sglang.router.utilization import busiest_over_mean  # noqa: E402
 
+from benchmarks.placement_targets import PearlTarget, SglangTarget  # noqa: E402
 from benchmarks.placement_trace import Recorder  # noqa: E402
 
 PEARL_POLICIES = ("cost", "cache_aware", "round_robin")
@@ -118,7 +122,7 @@ async def start_pool(n: int, profile: str, time_scale: float, model_dir: Path) -
     workers, urls, runners = [], [], []
     for i in range(n):
         w = emu.build_worker(EmulatorArgs(model_path=str(model_dir), profile=profile, time_scale=time_scale,
-                                          seed=i, cold_start=0))
+                                          cold_start=0))
         runner, _extra, port, _ = await emu.start(w, host="127.0.0.1", port=0)
         workers.append(w)
         urls.append(f"http://127.0.0.1:{port}")
@@ -126,99 +130,6 @@ async def start_pool(n: int, profile: str, time_scale: float, model_dir: Path) -
     recorder = Recorder(workers, time_scale)
     recorder.install()
     return Pool(workers, urls, runners, recorder)
-
-
-# ---- targets ------------------------------------------------------------------------------
-class PearlTarget:
-    def __init__(self, policy: str, pool: Pool, active: int) -> None:
-        self.name = f"pearl {policy}"
-        self.policy, self.pool, self.active = policy, pool, active
-
-    async def __aenter__(self) -> "PearlTarget":
-        table = attached_table(regular=tuple(self.pool.urls))
-        for w in table.rollout_workers()[self.active:]:
-            table = table.put(replace(w, activity=Activity.JOINING))
-        self.store = StateStore(table)
-        config = RouterConfig(routing_policy=self.policy, security=Security(admin_token="bench"),
-                              health_interval_s=3600)
-        self.runner = web.AppRunner(build_app(config, self.store), access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=4096)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-        return self
-
-    async def admit_rest(self, session: aiohttp.ClientSession) -> None:
-        table = self.store.table
-        for w in table.rollout_workers():
-            if w.activity is Activity.JOINING:
-                table = table.put(replace(w, activity=Activity.ACTIVE))
-        self.store.replace_locked(table)
-
-    def migrations(self) -> int | None:
-        """Requests moved mid-generation (none should be, for placement)."""
-        return self.runner.app[ROUTER].dispatcher.migrations
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.runner.cleanup()
-
-
-class SglangTarget:
-    def __init__(self, policy: str, pool: Pool, active: int, stack: SglangCpuStack) -> None:
-        self.name = f"sglang-router {policy}"
-        self.policy, self.pool, self.active, self.stack = policy, pool, active, stack
-
-    async def __aenter__(self) -> "SglangTarget":
-        for attempt in range(3):  # a free port can be taken before the router binds it
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            self.log = tempfile.NamedTemporaryFile(prefix="sglang-router-", suffix=".log", delete=False)
-            self.proc = await asyncio.create_subprocess_exec(
-                self.stack.python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
-                "--policy", self.policy, "--prometheus-port", str(free_port()), "--prometheus-host", "127.0.0.1",
-                "--log-level", "warn", "--worker-urls", *self.pool.urls[:self.active],
-                env={**self.stack.env}, stdout=self.log, stderr=self.log)
-            try:
-                await self._wait_workers(self.active)
-                return self
-            except RuntimeError:
-                if self.proc.returncode is None:
-                    self.proc.terminate()
-                await self.proc.wait()
-                if attempt == 2:
-                    raise
-        return self
-
-    async def _wait_workers(self, n: int, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with aiohttp.ClientSession() as s:
-            while time.monotonic() < deadline:
-                if self.proc.returncode is not None:
-                    raise RuntimeError(f"sglang-router exited; log: {self.log.name}")
-                try:
-                    async with s.get(self.url + "/readiness") as r:
-                        if (await r.json(content_type=None)).get("healthy_workers") == n:
-                            return
-                except (aiohttp.ClientError, ValueError):
-                    pass
-                await asyncio.sleep(0.5)
-        raise RuntimeError(f"sglang-router did not register {n} workers in {timeout_s:.0f}s")
-
-    async def admit_rest(self, session: aiohttp.ClientSession) -> None:
-        """sglang-router 0.3.2 adds workers with ``POST /workers`` (queued; 202), then
-        health-checks them: wait until it reports them all."""
-        for url in self.pool.urls[self.active:]:
-            async with session.post(self.url + "/workers", json={"url": url}) as r:
-                if r.status not in (200, 202):
-                    raise RuntimeError(f"sglang-router refused worker {url}: HTTP {r.status} {await r.text()}")
-        await self._wait_workers(len(self.pool.urls))
-
-    def migrations(self) -> int | None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.proc.terminate()
-        await self.proc.wait()
 
 
 # ---- workload -----------------------------------------------------------------------------
@@ -235,7 +146,8 @@ async def trajectory(session: aiohttp.ClientSession, url: str, wl: Workload, ind
     context = prompt
     for turn in range(wl.turns):
         body = {"text": context, "sampling_params": {"max_new_tokens": wl.max_new_tokens, "ignore_eos": True,
-                                                     "temperature": 1.0}, "rid": f"{run}-{index}-{turn}"}
+                                                     "temperature": 1.0, "sampling_seed": wl.seed * 1_000_003 + index},
+                "rid": f"{run}-{index}-{turn}"}
         headers = {"X-Pearl-Trajectory-Id": f"{run}-{index}", "X-Pearl-Turn": str(turn)}
         progress.sent[body["rid"]] = time.monotonic()
         async with session.post(url + "/generate", json=body, headers=headers) as r:
@@ -276,10 +188,11 @@ async def run_one(target, pool: Pool, wl: Workload, time_scale: float, *, join: 
         await asyncio.gather(*tasks)
         elapsed = time.monotonic() - t0
         after = pool.counters()
+        migrations = await target.migrations(session)
     sampler.cancel()
     per_worker = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before)]
     result: dict[str, Any] = {"target": target.name, "rollout_s": elapsed * time_scale,
-                              "per_worker": per_worker, "migrations": target.migrations(), **balance(per_worker),
+                              "per_worker": per_worker, "migrations": migrations, **balance(per_worker),
                               "trace": pool.recorder.report()}
     if at_join is not None:
         half = len(pool.workers) - target.active
@@ -330,9 +243,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for scenario in args.scenarios:
                 join = scenario == "join"
                 active = args.workers // 2 if join else args.workers
-                targets = [PearlTarget(p, pool, active) for p in args.pearl_policies]
+                targets = [PearlTarget(p, pool.urls, active) for p in args.pearl_policies]
                 if stack is not None:
-                    targets += [SglangTarget(p, pool, active, stack) for p in SGLANG_POLICIES]
+                    targets += [SglangTarget(p, pool.urls, active, stack) for p in SGLANG_POLICIES]
                 for n, target in enumerate(targets):
                     async with target:
                         r = await run_one(target, pool, wl, args.time_scale, join=join, run=f"{scenario}{n}")
