@@ -276,15 +276,23 @@ def markdown(result: dict[str, Any]) -> str:
            f"shared prompt, {c['turns']} turns of {c['max_new_tokens']} tokens, rewrite fraction "
            f"{c['rewrite_fraction']:g}.\n"]
     out += [f"Note: {n}\n" for n in result["notes"]]
+    out += ["Router wait: from the client's send to the worker's submit (the router's parsing, choice and "
+            "forwarding, and the worker's HTTP parse); worker wait: from the worker's submit to the first "
+            "token (queue and prefill); both emulated seconds, per request. Turns moved: turns of a "
+            "trajectory served by another worker than its previous turn.\n"]
     out += ["| scenario | router | rollout s | gen busiest/mean | busy busiest/mean | workers used | "
-            "cache hit rate | new workers' share after join | generated tokens per worker |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "cache hit rate | new workers' share after join | turns moved | router wait s (mean) | "
+            "worker wait s (mean) | generated tokens per worker |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         share = f"{r['join']['new_workers_share']:.2f}" if "join" in r else ""
         gen = ", ".join(str(int(w["generated_tokens"])) for w in r["per_worker"])
+        t = r["trace"]
+        used = [w for w in t["per_worker"] if w["requests"]]
+        worker_wait = sum(w["mean_worker_wait_s"] * w["requests"] for w in used) / max(1, sum(w["requests"] for w in used))
         out.append(f"| {r['scenario']} | {r['target']} | {r['rollout_s']:.1f} | {r['generated_busiest_over_mean']:.2f} "
-                   f"| {r['busy_busiest_over_mean']:.2f} | {r['workers_used']} | {r['cache_hit_rate']:.2f} | {share} "
-                   f"| {gen} |")
+                   f"| {r['busy_busiest_over_mean']:.2f} | {r['workers_used']} | {r['cache_hit_rate']:.3f} | {share} "
+                   f"| {t['turn_moves']} | {t['mean_router_wait_s']:.3f} | {worker_wait:.3f} | {gen} |")
     return "\n".join(out) + "\n"
 
 
