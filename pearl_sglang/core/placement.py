@@ -14,8 +14,9 @@ and ratio agree about what prefill and decode cost:
 
 A group of requests that share a prompt therefore spreads while a copy of the prompt's
 prefill costs less than queueing behind the group's decodes, and a trajectory stays
-where its prefix is while that worker stays the cheapest (within a relative ``margin``,
-so near-equal workers do not make it hop).  Ties go to the worker that was assigned least
+where its prefix is while that worker stays the cheapest (its home, the ``holder`` the
+caller names, wins within a relative ``margin``, so near-equal workers do not make it
+hop; the router names a trajectory's previous worker, never a shared prompt's server).  Ties go to the worker that was assigned least
 recently, so sequential requests on an idle pool rotate instead of piling on one slot.
 
 Invariants (tested with Hypothesis): the choice costs at most ``1 + margin`` times the

@@ -14,9 +14,9 @@ Three parts, all from what the data path already sees:
 
 ``snapshot`` turns them into ``core.placement.WorkerLoad`` values, adding what the workers'
 own reports (``report``: running + waiting requests from their load endpoint) hold beyond
-the router's own requests, so requests from other clients count too. A report is seconds
-old: it is the router's own count when it was read that is subtracted, never today's, or
-every turn that ended since would count twice (as owed and again as the stale report).
+the router's own requests, so requests from other clients count too. A report is up to
+seconds old: the router's own count from when it was read is subtracted, never a later
+one, or every turn that ended since would count twice (owed, and running in the report).
 """
 from __future__ import annotations
 
