@@ -120,4 +120,35 @@ async def test_borrow_and_return_of_a_registered_engine_on_training_gpus(tiny_mo
                 assert c.table.worker(slot).activity is Activity.ACTIVE  # borrowed again
 
 
+async def _job(h: httpx.AsyncClient, base: str, worker_id: str) -> dict:
+    for _ in range(400):
+        job = (await h.get(f"{base}/workers/{worker_id}")).json()
+        if job.get("job_status", {}).get("status") != "processing":
+            return job
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"registration of {worker_id} did not finish")
+
+
+async def test_an_engine_that_says_it_has_no_memory_saver_is_refused_on_training_gpus_despite_the_claim(
+        tiny_model_dir):
+    """Without the memory saver SGLang answers a release with success and frees nothing:
+    the engine's own report outranks a registration that claims the memory saver, so the
+    training GPUs are never handed back still full."""
+    config = cluster_config(tiny_model_dir, dedicated=1, overlap=0, time_scale=5)
+    async with emulator("--time-scale", "1") as (url, worker):
+        async with running_cluster(config, settle_s=30) as c, httpx.AsyncClient(timeout=120, headers=AUTH) as h:
+            for claim in (None, True):
+                r = await h.post(c.url + "/workers", json={"url": url, "pearl": {"zone": "overlap",
+                                                                                  "memory_saver": claim}})
+                assert r.status_code == 202, r.text
+                job = await _job(h, c.url, r.json()["worker_id"])
+                assert job["job_status"]["status"] == "failed", job
+                message = job["job_status"]["message"]
+                assert "enable_memory_saver: false" in message and "--enable-memory-saver" in message, message
+                assert not [w for w in c.table.rollout_workers() if is_registered(w)]
+            assert not worker.engine._released  # noqa: SLF001 - never told to give memory back
+            r = await h.post(c.url + "/add_worker", params={"url": url})
+            assert r.status_code == 200, r.text  # the same engine is welcome on dedicated GPUs
+
+
 from pearl_sglang.router.state import ROUTER as ROUTER_KEY  # noqa: E402
