@@ -77,6 +77,42 @@ async def test_prefill_decode_switches_on_registered_engines_with_requests_compl
             assert all(not c.table.worker(s).zone is Zone.OVERLAP for s in state["slots"])
 
 
+async def test_a_switch_waits_for_the_engine_to_be_idle_after_the_routers_drain(tiny_model_dir):
+    """The router's drain clears only what PEARL routed; SGLang's prefill may still hold a
+    moved request (until its KV sender learns the decode gave it up) and refuses
+    /pd_role_switch as "not idle" until then. Here each prefill holds a request PEARL never
+    saw, waiting for a decode that never comes, until it is aborted a second later."""
+    ports = [free_port(), free_port(), free_port()]
+    config = cluster_config(tiny_model_dir, dedicated=1, overlap=0, pd_mode="auto", time_scale=5)
+    async with emulator("--disaggregation-mode", "prefill", *SWITCHABLE, bootstrap_port=ports[0]) as (p1, _), \
+            emulator("--disaggregation-mode", "prefill", *SWITCHABLE, bootstrap_port=ports[1]) as (p2, _), \
+            emulator("--disaggregation-mode", "decode", *SWITCHABLE, bootstrap_port=ports[2]) as (d1, _):
+        async with running_cluster(config, settle_s=30) as c, httpx.AsyncClient(timeout=120, headers=AUTH) as h:
+            await _register(h, c.url, p1, "prefill", bootstrap_port=ports[0])
+            await _register(h, c.url, p2, "prefill", bootstrap_port=ports[1])
+            await _register(h, c.url, d1, "decode")
+            lingering = [asyncio.ensure_future(h.post(url + "/generate", json={
+                "input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}, "rid": f"lingering-{i}",
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 7 + i}))
+                for i, (url, port) in enumerate(((p1, ports[0]), (p2, ports[1])))]
+            await asyncio.sleep(0.3)
+
+            async def abort_later() -> None:
+                await asyncio.sleep(1.0)
+                for i, url in enumerate((p1, p2)):
+                    await h.post(url + "/abort_request", json={"rid": f"lingering-{i}"})
+
+            aborting = asyncio.ensure_future(abort_later())
+            await c.admin("/pearl/pd_mode", {"pd_mode": "1:2"})
+            await c.settle()
+            await aborting
+            await asyncio.gather(*lingering)
+            roles = _registered_roles(c)
+            assert sorted(r.value for r in roles.values()) == ["decode", "decode", "prefill"], roles
+            out = await c.generate([4, 5, 6], n=8)
+            assert len(out["output_ids"]) == 8
+
+
 async def test_borrow_and_return_of_a_registered_engine_on_training_gpus(tiny_model_dir):
     from pearl_rl_adapter import AsyncPearlClient
 
