@@ -42,6 +42,8 @@ from pearl_sglang.router.state import RouterState
 log = logging.getLogger("pearl.control")
 
 RESTORE_ATTEMPTS = 3
+NOT_IDLE = "instance is not idle"  # SGLang's refusal of /pd_role_switch while requests remain
+IDLE_POLL_S = 0.5
 
 _MODE_TO_ROLE = {"null": Role.COLOCATED, "prefill": Role.PREFILL, "decode": Role.DECODE}
 
@@ -131,7 +133,7 @@ class PlanExecutor:
         if current is role:
             return url, w.bootstrap_port
         if {current, role} == {Role.PREFILL, Role.DECODE}:
-            await self.ops.switch_role(url, role.value)
+            await self._switch_when_idle(url, role)
             if await self._actual_role(url) is not role:
                 raise ActivationFailed(f"slot {slot} still is {current.value} after /pd_role_switch")
             return url, w.bootstrap_port
@@ -139,6 +141,22 @@ class PlanExecutor:
             raise ActivationFailed(f"slot {slot}: {current.value} -> {role.value} needs a relaunch, "
                                    "and attached or registered workers cannot be relaunched")
         return await self._relaunch(slot, role, gpus)
+
+    async def _switch_when_idle(self, url: str, role: Role) -> None:
+        """``/pd_role_switch`` once the engine is idle. The drain empties the router's own
+        registry at once, but SGLang's prefill keeps a moved request until its KV sender
+        learns that the decode gave it up, and refuses the switch until then ("instance is
+        not idle"): asked again every ``IDLE_POLL_S``, up to the drain deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deadlines.drain_s
+        while True:
+            try:
+                await self.ops.switch_role(url, role.value)
+                return
+            except WorkerOpError as e:
+                if NOT_IDLE not in str(e) or loop.time() + IDLE_POLL_S > deadline:
+                    raise
+            await asyncio.sleep(IDLE_POLL_S)
 
     async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         await self.launcher.stop(slot)

@@ -137,6 +137,27 @@ def locked_pd_mode(configured: str, lock: ModeLock | None) -> str:
     return configured if configured not in ("auto", "colocated") else "disaggregated"
 
 
+def capabilities(given: Capabilities, info: dict) -> Capabilities:
+    """What the registration says, filled in from the worker's ``/server_info``. The
+    worker's own ``enable_memory_saver: false`` outranks a claim of ``memory_saver: true``:
+    SGLang without the memory saver answers a release with success and frees nothing, so
+    trusting the claim would hand training GPUs back that are still full. Pure."""
+    reported = info.get("enable_memory_saver")
+    memory_saver = given.memory_saver if given.memory_saver is not None else bool(reported)
+    if reported is False:
+        memory_saver = False
+    pd_role_switch = (given.pd_role_switch if given.pd_role_switch is not None
+                      else bool(info.get("enable_pd_role_switch")))
+    return Capabilities(memory_saver=memory_saver, pd_role_switch=pd_role_switch)
+
+
+def _bootstrap_port(info: dict) -> int | None:
+    """A decode worker's own bootstrap port (registration names only a prefill worker's):
+    it needs one once PEARL switches it to prefill."""
+    port = info.get("disaggregation_bootstrap_port")
+    return port if isinstance(port, int) and not isinstance(port, bool) else None
+
+
 class Registrar:
     """Adds and removes registered workers; ``drain(slot, timeout_s)`` moves a worker's
     in-flight requests elsewhere and says whether it emptied in time."""
@@ -156,14 +177,17 @@ class Registrar:
         self._pending.add(url)
         try:
             await self._wait_healthy(url)
-            caps = await self._capabilities(url, spec.capabilities)
+            info = await self._server_info(url)
+            caps = capabilities(spec.capabilities, info)
             if spec.zone is Zone.OVERLAP and not caps.memory_saver:
+                said = (" (its /server_info says enable_memory_saver: false, so a release would answer "
+                        "success and free nothing)" if info.get("enable_memory_saver") is False else "")
                 raise MissingCapability(f"worker {url} is on training GPUs (zone overlap) but cannot release "
-                                        "its memory: start it with --enable-memory-saver")
+                                        f"its memory{said}: start it with --enable-memory-saver")
             version = await self._sync(url)
             port = spec.bootstrap_port
             if port is None and spec.role is not Role.COLOCATED:
-                port = await self._bootstrap_port(url)
+                port = _bootstrap_port(info)
             if spec.zone is Zone.OVERLAP and self.store.table.overlap_owner is not OverlapOwner.ROLLOUT:
                 await self._hand_back(url)
             async with self.store.lock:
@@ -178,29 +202,12 @@ class Registrar:
         finally:
             self._pending.discard(url)
 
-    async def _bootstrap_port(self, url: str) -> int | None:
-        """A decode worker's own bootstrap port (registration names only a prefill
-        worker's): it needs one once PEARL switches it to prefill."""
+    async def _server_info(self, url: str) -> dict:
         try:
             info = await self.ops.server_info(url)
         except WorkerOpError:
-            return None
-        port = info.get("disaggregation_bootstrap_port") if isinstance(info, dict) else None
-        return port if isinstance(port, int) and not isinstance(port, bool) else None
-
-    async def _capabilities(self, url: str, given: Capabilities) -> Capabilities:
-        if given.memory_saver is not None and given.pd_role_switch is not None:
-            return given
-        try:
-            info = await self.ops.server_info(url)
-        except WorkerOpError:
-            info = {}
-        info = info if isinstance(info, dict) else {}
-        return Capabilities(
-            memory_saver=given.memory_saver if given.memory_saver is not None
-            else bool(info.get("enable_memory_saver")),
-            pd_role_switch=given.pd_role_switch if given.pd_role_switch is not None
-            else bool(info.get("enable_pd_role_switch")))
+            return {}
+        return info if isinstance(info, dict) else {}
 
     async def _hand_back(self, url: str) -> None:
         """Training owns the overlap GPUs: the worker gives its memory back before it is

@@ -398,6 +398,12 @@ class Engine(ControlMixin, PDMixin):
         elif st == Stage.PREALLOC:
             self._prealloc.remove(r)
         elif st == Stage.AWAIT_KV:
+            if message == "Aborted":
+                # SGLang fails the decode's KV receive on an abort and reports that failure.
+                message, status_code = (
+                    f"Decode transfer failed for request rank=0 decode_req.req.rid={r.req.rid!r} "
+                    f"decode_req.req.bootstrap_room={r.room} with exception "
+                    f"KVTransferError(bootstrap_room={r.room}): Aborted by AbortReq.", 500)
             self._await_kv.pop(r.req.rid, None)
             b = r.req.bootstrap
             if self.rendezvous is not None and b is not None and not b.fake:

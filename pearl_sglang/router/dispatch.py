@@ -163,8 +163,12 @@ class Dispatcher:
                         self.on_worker_failure(slot)
                 if final is not None:
                     reason = _finish_reason(final)
+                    # PEARL's own abort of a request still waiting for its KV transfer comes
+                    # back from SGLang's decode as status 500 ("Decode transfer failed ...
+                    # Aborted by AbortReq"): a move like any other, not a failure.
+                    moved = entry.cause is EndCause.MIGRATE
                     if (reason.get("type") != "abort" or entry.cause is EndCause.CLIENT_ABORT
-                            or (reason.get("status_code") or 0) >= 400):
+                            or (not moved and (reason.get("status_code") or 0) >= 400)):
                         finished = True
                         out = self._final(stitcher, item, started, None)
                         self.on_complete(Completed(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
+from pearl_sglang.control.registration import Capabilities, capabilities, locked_pd_mode, relaunch_lock
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
     TrainFinished, WorkerRegistered, WorkerUnregistered, WorkerUnregistering, apply, apply_all,
@@ -48,3 +48,12 @@ def test_relaunch_lock_keeps_the_mode_of_registered_workers():
     colocated = relaunch_lock(apply(StateTable.create(tp_size=1), _reg(0)))
     assert [locked_pd_mode(m, colocated) for m in ("auto", "disaggregated", "1:1")] == ["colocated"] * 3
     assert locked_pd_mode("auto", None) == "auto"
+
+
+def test_the_engines_own_memory_saver_report_outranks_the_registration():
+    none, claim = Capabilities(), Capabilities(memory_saver=True, pd_role_switch=False)
+    assert capabilities(none, {"enable_memory_saver": True}).memory_saver is True
+    assert capabilities(none, {}).memory_saver is False
+    assert capabilities(claim, {}).memory_saver is True  # an engine that does not say: the claim holds
+    assert capabilities(claim, {"enable_memory_saver": False}).memory_saver is False
+    assert capabilities(claim, {"enable_pd_role_switch": True}).pd_role_switch is False
