@@ -7,7 +7,10 @@ the operator gets the truth (503 target_not_reached)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field, replace
+
+import pytest
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
 from pearl_sglang.core.state import Activity
@@ -15,6 +18,8 @@ from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
 from pearl_sglang.engine.launch_args import LaunchRole
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
+
+pytestmark = pytest.mark.timeout(120)
 
 IDS = [8, 6, 7, 5, 3, 0, 9]
 
@@ -51,8 +56,16 @@ def backoff(config, *delays):
     return replace(config, recovery=replace(config.recovery, growth_backoff_s=delays))
 
 
-def gated(cluster, session):
-    return GatedLauncher(cluster.engine)
+@contextlib.asynccontextmanager
+async def gated_cluster(config):
+    """A running cluster over a ``GatedLauncher``; the gate opens for good on the way out
+    (a failed assertion must not leave starts waiting for ever)."""
+    async with running_cluster(config, launcher_factory=lambda cluster, session: GatedLauncher(cluster.engine)) as c:
+        try:
+            yield c
+        finally:
+            c.launcher.gated = False
+            c.launcher.open()
 
 
 def relaunching(table) -> list[int]:
@@ -79,7 +92,7 @@ def servable(topo) -> bool:
 
 async def test_colocated_to_pd_serves_requests_during_every_wave(tiny_model_dir):
     config = cluster_config(tiny_model_dir, dedicated=4, overlap=0)
-    async with running_cluster(config, launcher_factory=gated) as c:
+    async with gated_cluster(config) as c:
         assert c.table.active_topology().colocated == 4
         expected = (await c.generate(IDS, 30))["output_ids"]
         seen = watch_serving(c)
@@ -109,7 +122,7 @@ async def test_colocated_to_pd_serves_requests_during_every_wave(tiny_model_dir)
 
 async def test_pd_to_colocated_serves_requests_during_every_wave(tiny_model_dir):
     config = cluster_config(tiny_model_dir, dedicated=4, overlap=0, pd_mode="2:2")
-    async with running_cluster(config, launcher_factory=gated) as c:
+    async with gated_cluster(config) as c:
         assert (c.table.active_topology().prefill, c.table.active_topology().decode) == (2, 2)
         seen = watch_serving(c)
         c.launcher.gated = True
@@ -131,7 +144,7 @@ async def test_pd_to_colocated_serves_requests_during_every_wave(tiny_model_dir)
 
 async def test_when_no_old_path_can_be_kept_one_worker_relaunches_first_and_the_answer_says_so(tiny_model_dir):
     config = cluster_config(tiny_model_dir, dedicated=2, overlap=0, pd_mode="disaggregated")
-    async with running_cluster(config, launcher_factory=gated) as c:
+    async with gated_cluster(config) as c:
         assert c.table.active_topology().label() == "1P1D"
         c.launcher.gated = True
         change = asyncio.ensure_future(c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}))
@@ -149,7 +162,7 @@ async def test_when_no_old_path_can_be_kept_one_worker_relaunches_first_and_the_
 
 async def test_a_failed_start_in_the_last_wave_leaves_the_cluster_serving_and_answers_503(tiny_model_dir):
     config = backoff(cluster_config(tiny_model_dir, dedicated=4, overlap=0), 2.0)
-    async with running_cluster(config, launcher_factory=gated) as c:
+    async with gated_cluster(config) as c:
         seen = watch_serving(c)
         c.launcher.gated = True
         change = asyncio.ensure_future(c.client.post(c.url + "/pearl/pd_mode", json={"pd_mode": "disaggregated"},
@@ -179,7 +192,7 @@ async def test_a_pair_whose_switch_to_colocated_failed_serves_again(tiny_model_d
     """Before: abandoning a 1P1D -> 2C switch held both workers (each came back while the
     other was still switching), so nothing served."""
     config = backoff(cluster_config(tiny_model_dir, dedicated=2, overlap=0, pd_mode="disaggregated"), 30.0)
-    async with running_cluster(config, launcher_factory=gated) as c:
+    async with gated_cluster(config) as c:
         c.launcher.refuse = lambda spec: spec.role is LaunchRole.COLOCATED
         r = await c.client.post(c.url + "/pearl/pd_mode", json={"pd_mode": "colocated"}, headers=c.auth)
         assert r.status_code == 503, r.text
