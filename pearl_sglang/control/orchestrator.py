@@ -257,7 +257,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         while True:
             try:
                 admitted += await self._grow(wave, operation)
-                if wave.staged or waves:
+                if wave.staged or waves or not wave.keeps_serving:
                     waves.append(wave.to_dict())
                 if not wave.staged:
                     self._replans = 0

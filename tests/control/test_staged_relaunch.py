@@ -158,6 +158,10 @@ async def test_when_no_old_path_can_be_kept_one_worker_relaunches_first_and_the_
         assert c.table.active_topology().colocated == 2
         assert [w["keeps_serving"] for w in out["waves"]] == [False, True], out
         assert any("wave" in d and not d["wave"]["keeps_serving"] for d in c.control.decisions)
+        c.launcher.gated = False
+        out = await c.admin("/pearl/pd_mode", {"pd_mode": "disaggregated"})  # a pair needs both: one wave
+        assert c.table.active_topology().label() == "1P1D"
+        assert [w["keeps_serving"] for w in out["waves"]] == [False], out
 
 
 async def test_a_failed_start_in_the_last_wave_leaves_the_cluster_serving_and_answers_503(tiny_model_dir):
