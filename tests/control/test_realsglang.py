@@ -94,7 +94,8 @@ async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir
         await c.settle(120)
         assert (c.table.active_topology().prefill, c.table.active_topology().decode) == (1, 1)
         assert c.launcher.launches == launches  # decode -> prefill in place, no relaunch
-        assert all(o["meta_info"]["completion_tokens"] == 300 for o in await asyncio.gather(*flood))
+        flooded = await asyncio.gather(*flood)
+        assert all(o["meta_info"]["completion_tokens"] == 300 for o in flooded), [o["meta_info"] for o in flooded]
         assert (await c.generate(ids, 20))["output_ids"] == expected
         # PD -> colocated relaunches: 1P1D keeps no serving path, so one worker relaunches
         # first (requests wait for it), then it serves while the other relaunches.
