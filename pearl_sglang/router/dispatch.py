@@ -163,8 +163,12 @@ class Dispatcher:
                         self.on_worker_failure(slot)
                 if final is not None:
                     reason = _finish_reason(final)
-                    if (reason.get("type") != "abort" or entry.cause is EndCause.CLIENT_ABORT
-                            or (reason.get("status_code") or 0) >= 400):
+                    # An abort the router sent to move the request is never its end, even
+                    # when the worker reports it as an error (a PD decode whose prefill was
+                    # aborted under it answers 500: its KV transfer failed).
+                    moving = reason.get("type") == "abort" and entry.cause is EndCause.MIGRATE
+                    if not moving and (reason.get("type") != "abort" or entry.cause is EndCause.CLIENT_ABORT
+                                       or (reason.get("status_code") or 0) >= 400):
                         finished = True
                         out = self._final(stitcher, item, started, None)
                         self.on_complete(Completed(
