@@ -87,7 +87,7 @@ async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir
         ids = [5, 10, 15, 20, 25]
         expected = (await c.generate(ids, 20))["output_ids"]
         launches = c.launcher.launches
-        flood = [asyncio.ensure_future(c.generate(ids, 300)) for _ in range(3)]
+        flood = [asyncio.ensure_future(generate(c, ids, 300)) for _ in range(3)]  # moved, then waiting for a route
         await asyncio.sleep(0.5)
         prefill = c.table.active(Role.PREFILL)[0]
         await c.admin("/pearl/gpus", {"action": "leave", "gpus": list(prefill.gpus), "deadline_s": 120})
