@@ -77,6 +77,7 @@ async def test_joined_worker_serves_only_at_latest_weights(tiny_model_dir, tiny_
         assert direct["output_ids"] == on_v2["output_ids"]  # the new worker really holds v2 weights
 
 
+@pytest.mark.timeout(900)  # three starts and two relaunches, one after the other: 9 min on a loaded CPU
 async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir, tmp_path):
     config = real_config(tiny_model_dir, tmp_path, dedicated=3, pd_mode="disaggregated")
     # Requests sent while nothing serves wait for a route as long as a relaunch can take.
