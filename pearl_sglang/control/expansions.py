@@ -19,10 +19,12 @@ from pearl_sglang.core.state import Activity, Role, StateTable
 
 @dataclass(frozen=True)
 class Growth:
-    """What a background growth admitted, or why it admitted nothing."""
+    """What a background growth admitted, or why it stopped short of its target;
+    ``waves``: the waves of a staged colocated <-> PD change, in order (core/waves.py)."""
 
     admitted: tuple[int, ...] = ()
     reason: str | None = None
+    waves: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(eq=False)

@@ -42,13 +42,13 @@ class GrowthRecovery:
         async with self._lock:
             if self._growth is not None and not self._growth.task.done():
                 return  # an event re-planned meanwhile
-            p = await self._begin(f"{operation}_replan", borrow=self.borrowing and not self.training)
-            if not p.add and not any(w.activity is Activity.SWITCHING and not w.held
+            wave = await self._begin(f"{operation}_replan", borrow=self.borrowing and not self.training)
+            if not wave.plan.add and not any(w.activity is Activity.SWITCHING and not w.held
                                      for w in self.store.table.rollout_workers()):
                 self._replans = 0
                 return
             log.info("%s: re-planning after %.0fs (attempt %d)", operation, delay, self._replans)
-            self._start_growth(p, operation)
+            self._start_growth(wave, operation)
 
     def _servable_alone(self: "Orchestrator", ready: list) -> bool:
         """Whether workers that did start form a topology by themselves (colocated ones,

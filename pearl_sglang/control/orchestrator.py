@@ -7,6 +7,8 @@ snapshot, so concurrent events never act on stale state. Execution is asynchrono
 Mandatory work (returning training GPUs, giving back reclaimed GPUs) is awaited before
 the event answers and first cancels optional growth in flight (borrowing, expansion);
 optional growth runs in the background and admits its workers all at once or not at all.
+A colocated <-> PD change is begun in waves that keep the old topology serving while the
+first new workers start (staged_changes.py); each wave is such an all-or-nothing growth.
 Callers that wait for a growth follow it to the growth that superseded it (expansions.py).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
+from pearl_sglang.control.staged_changes import StagedChanges
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
 from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot
@@ -36,16 +39,17 @@ from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
-    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
+    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
-from pearl_sglang.core.planner import Plan, plan
+from pearl_sglang.core.planner import plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
+from pearl_sglang.core.waves import Wave
 
 log = logging.getLogger("pearl.control")
 
@@ -54,7 +58,7 @@ class OutOfOrder(RuntimeError):
     """A call that contradicts the training state (two train_begin, finished without begin)."""
 
 
-class Orchestrator(WeightPushes, GrowthRecovery):
+class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -131,8 +135,8 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             async with self.store.lock:
                 self.store.replace_locked(result.table)
             await self._deactivate_leaving("recovery", self.config.deadlines.train_begin_s)
-            p = await self._begin("recovery", borrow=self.borrowing and not self.training)
-        await self._grow_with_retries(p, "recovery")
+            wave = await self._begin("recovery", borrow=self.borrowing and not self.training)
+        await self._grow_with_retries(wave, "recovery")
 
     # -- inputs of decisions -------------------------------------------------------------
     def profile(self) -> Profile:
@@ -161,15 +165,14 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         self.on_decision(record)
         return decision
 
-    async def _begin(self, operation: str, *, borrow: bool) -> Plan:
-        """Decide and begin a plan on the current snapshot; the caller holds ``_lock``."""
+    async def _begin(self, operation: str, *, borrow: bool) -> Wave:
+        """Decide and begin the first wave of a plan on the current snapshot; the caller
+        holds ``_lock``."""
         available = self._available(borrow=borrow)
         budget = self.store.table.budget(available)
         decision = self._decide(operation, budget)
         target = decision.choice if decision else Topology(0, 0, 0)
-        p = plan(self.store.table, target, available=available)
-        await self.store.apply([BeginPlan(p)])
-        return p
+        return await self._begin_wave(operation, plan(self.store.table, target, available=available))
 
     # -- execution -------------------------------------------------------------------------
     async def _deactivate_leaving(self, operation: str, deadline_s: float) -> list[int]:
@@ -193,19 +196,22 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         await self.store.apply(events)
         return leaving
 
-    async def _grow(self, p: Plan, operation: str) -> list[int]:
-        """Switches and additions of ``p``; admitted together, or the additions cancelled."""
-        self._intent = {"operation": operation, "plan": p.to_dict()}
+    async def _grow(self, wave: Wave, operation: str) -> list[int]:
+        """Switches and additions of ``wave``; admitted together, or the additions cancelled."""
+        self._intent = {"operation": operation, "plan": wave.plan.to_dict()}
         self._persist()
         try:
-            return await self._grow_now(p, operation)
+            return await self._grow_now(wave, operation)
         finally:
             self._intent = None
             self._persist()
 
-    async def _grow_now(self, p: Plan, operation: str) -> list[int]:
-        table = self.store.table
-        switching = [w.slot for w in table.rollout_workers() if w.activity is Activity.SWITCHING]
+    async def _grow_now(self, wave: Wave, operation: str) -> list[int]:
+        table, p = self.store.table, wave.plan
+        # A deferred worker held because the wave took its partner stays held until its own wave.
+        later = {c.slot for c in wave.deferred}
+        switching = [w.slot for w in table.rollout_workers()
+                     if w.activity is Activity.SWITCHING and w.slot not in later]
         adds = [a for a in p.add if table.has(a.slot) and table.worker(a.slot).activity is Activity.JOINING]
         jobs = [self.executor.switch(s, operation) for s in switching]
         jobs += [self.executor.activate(a, operation) for a in adds]
@@ -240,23 +246,32 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
 
-    async def _grow_with_retries(self, p: Plan, operation: str) -> Growth:
-        """``_grow``; after a failed PD probe (group cancelled), wait each back-off delay
-        and re-plan, which relaunches the cancelled workers and pairs them anew."""
+    async def _grow_with_retries(self, wave: Wave, operation: str) -> Growth:
+        """``_grow`` wave after wave until the target is reached; after a failed PD probe
+        (group cancelled), wait each back-off delay and re-plan, which relaunches the
+        cancelled workers and pairs them anew."""
         backoff = self.config.recovery.pd_probe_backoff_s
-        for attempt in range(len(backoff) + 1):
+        admitted: list[int] = []
+        waves: list[dict[str, Any]] = []
+        attempt = 0
+        while True:
             try:
-                admitted = Growth(tuple(await self._grow(p, operation)))
-                self._replans = 0
-                return admitted
+                admitted += await self._grow(wave, operation)
+                if wave.staged or waves or not wave.keeps_serving:
+                    waves.append(wave.to_dict())
+                if not wave.staged:
+                    self._replans = 0
+                    return Growth(tuple(admitted), waves=tuple(waves))
+                wave = await self._next_wave(wave, operation)
             except PdProbeFailed as e:
                 reason = str(e)
                 if attempt == len(backoff):
                     log.warning("%s: %s; re-planning with back-off", operation, e)
                     break
                 await asyncio.sleep(backoff[attempt])
+                attempt += 1
                 async with self._lock:
-                    p = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
+                    wave = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
             except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
@@ -266,20 +281,20 @@ class Orchestrator(WeightPushes, GrowthRecovery):
                 log.exception("%s growth stopped by an unexpected error", operation)
                 break
         self._schedule_replan(operation)
-        return Growth(reason=reason)
+        return Growth(tuple(admitted), reason=reason, waves=tuple(waves))
 
-    def _start_growth(self, p: Plan, operation: str) -> Expansion:
+    def _start_growth(self, wave: Wave, operation: str) -> Expansion:
         self._expansions += 1
         self._growth = Expansion(self._expansions, operation,
-                                 asyncio.ensure_future(self._grow_with_retries(p, operation)))
+                                 asyncio.ensure_future(self._grow_with_retries(wave, operation)))
         return self._growth
 
     async def _regrow(self, event: str, operation: str, *, borrow: bool) -> Expansion:
         """Replace the growth in flight by one planned for ``event`` (one growth at a
         time); the caller holds ``_lock``."""
         await self._cancel_growth(by=event)
-        p = await self._begin(event, borrow=borrow)
-        return self._start_growth(p, operation)
+        wave = await self._begin(event, borrow=borrow)
+        return self._start_growth(wave, operation)
 
     async def _cancel_growth(self, *, by: str) -> None:
         """Cancel the growth in flight on behalf of event ``by``. Callers hold ``_lock``
@@ -302,8 +317,8 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             await self._recover(record)
             return [w.slot for w in self.store.table.active()]
         async with self._lock:
-            p = await self._begin("bootstrap", borrow=False)
-        return list((await self._grow_with_retries(p, "bootstrap")).admitted)
+            wave = await self._begin("bootstrap", borrow=False)
+        return list((await self._grow_with_retries(wave, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
         return await self._once("train_begin", request_id, {"step": step}, lambda: self._train_begin(step))
@@ -325,14 +340,14 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
                 await self.store.apply([TrainBegin()])
-            p = await self._begin("train_begin", borrow=False)
+            wave = await self._begin("train_begin", borrow=False)
             async with self.phases.phase("intra_scale", "return"):
                 await self._deactivate_leaving("intra_scale", self.config.deadlines.train_begin_s)
             if not self.store.table.training_owns_overlap:
                 raise RuntimeError("overlap GPUs still held after deactivation")
             self._observe_step(loop.time())
             self.borrowing = False
-            self._start_growth(p, "train_begin")
+            self._start_growth(wave, "train_begin")
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
@@ -411,11 +426,11 @@ class Orchestrator(WeightPushes, GrowthRecovery):
         async with self._lock:
             await self._cancel_growth(by="gpus_leave")
             await self.store.apply([GpusLeave(tuple(gpus))])
-            p = await self._begin("gpus_leave", borrow=self.borrowing)
+            wave = await self._begin("gpus_leave", borrow=self.borrowing)
             async with self.phases.phase("inter_scale", "shrink"):
                 # Leave time to stop stragglers and answer within the caller's deadline.
                 removed = await self._deactivate_leaving("inter_scale", deadline_s * 0.8)
-            self._start_growth(p, "inter_scale")
+            self._start_growth(wave, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
     async def set_pd_mode(self, mode: str) -> dict[str, Any]:
@@ -428,8 +443,9 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             growth = await self._regrow("pd_mode", "pd_mode", borrow=self.borrowing)
         outcome = await follow(growth, lock=self._lock, current=lambda: self._growth)
         reason = outcome.stopped() if outcome.growth is None else outcome.growth.reason
+        waves = outcome.growth.waves if outcome.growth is not None else ()
         return {"pd_mode": mode, "topology": self.store.table.active_topology().label(), **outcome.describe(),
-                **({"reason": reason} if reason else {})}
+                **({"waves": list(waves)} if waves else {}), **({"reason": reason} if reason else {})}
 
     async def shutdown(self) -> None:
         if self._replan is not None:

@@ -18,7 +18,8 @@ Lifecycle of a rollout worker::
 
 When an update leaves active prefill workers without active decode workers (or the
 reverse), those orphans are *held*: SWITCHING to their own role, out of routing, still
-members, so the next plan can reassign them instead of relaunching (section 4.2).
+members, so the next plan can reassign them instead of relaunching (section 4.2). They
+serve again once a counterpart is back (it registers, or its abandoned switch restores it).
 Overlap ownership: TrainFinished hands the zone to rollout; TrainBegin sends every
 overlap member LEAVING and the zone is RETURNING until the last one has left, then
 TRAINING.  ``training_owns_overlap`` is what ``POST /train_begin`` waits for.
@@ -176,8 +177,10 @@ def _step(t: StateTable, e: Event) -> StateTable:
                              bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port))
     if isinstance(e, SwitchAbandoned):
         w = _expect(t, e.slot, Activity.SWITCHING)
-        return t.put(replace(w, pending_role=None, activity=Activity.ACTIVE, endpoint=e.endpoint or w.endpoint,
-                             bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port))
+        return _release_held(t.put(replace(w, pending_role=None, activity=Activity.ACTIVE,
+                                           endpoint=e.endpoint or w.endpoint,
+                                           bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None
+                                           else w.bootstrap_port)))
     if isinstance(e, WorkerLeft):
         w = _expect(t, e.slot, Activity.LEAVING)
         t = t.drop(w.slot) if w.zone is Zone.DEDICATED else t.put(replace(w, activity=Activity.INACTIVE))
@@ -326,12 +329,19 @@ def _register(t: StateTable, e: WorkerRegistered) -> StateTable:
         activity = Activity.ACTIVE
     t = t.put(WorkerRecord(e.slot, e.gpus, e.zone, e.role, activity, endpoint=e.endpoint,
                            bootstrap_port=e.bootstrap_port, weight_version=e.weight_version))
+    return _hold_orphans(_release_held(t))
+
+
+def _release_held(t: StateTable) -> StateTable:
+    """Held prefill or decode workers serve again once a counterpart serves or is held
+    beside them: a pair whose switch was abandoned comes back one worker at a time, and
+    the first one back is held until the second is."""
     held = [w for w in t.rollout_workers() if w.held]
     roles = {w.role for w in t.active()} | {w.role for w in held}
-    if Role.PREFILL in roles and Role.DECODE in roles:
+    if held and Role.PREFILL in roles and Role.DECODE in roles:
         for w in held:
             t = t.put(replace(w, activity=Activity.ACTIVE, pending_role=None))
-    return _hold_orphans(t)
+    return t
 
 
 def _hold_orphans(t: StateTable) -> StateTable:

@@ -4,7 +4,10 @@ Filters first, the same for every policy: only active workers with an endpoint, 
 that failed this request or whose circuit is open (``exclude``), none whose weights lag
 more adopted pushes than the control plane allows (its ``PushLog``, read on every
 choice; the control plane repairs such a worker). The policy (``routing_policy``) then
-picks one colocated worker, or a prefill + decode pair.
+picks one colocated worker, or a prefill + decode pair. While a colocated <-> PD change
+runs in waves the pool is mixed (colocated workers beside PD pairs); then the side whose
+least busy worker (a decode worker, for pairs) has fewer sequences takes the request, so
+new workers serve as soon as they are admitted and old ones until they relaunch.
 
 Prefix ownership is learned from the requests themselves: prompts are cut into fixed
 blocks whose chained hashes map to the workers that served them (most recent last), so
@@ -31,6 +34,10 @@ DEFAULT_RATES = CostRates.from_profile(qwen3_8b_tp2())
 
 class NoRoute(Exception):
     """No active worker (or PD pair) can take the request right now."""
+
+
+def _least_busy(workers: Sequence[WorkerRecord], loads: Mapping[int, WorkerLoad]) -> float:
+    return min(loads.get(w.slot, IDLE).sequences for w in workers)
 
 
 @dataclass(frozen=True)
@@ -132,13 +139,13 @@ class Selector:
         request = Request(key=key, context_tokens=context if context is not None else len(key) * TOKEN_BLOCK,
                           home=self.home(key, trajectory), rates=self.rates())
         colocated = [w for w in table.active(Role.COLOCATED) if w.slot not in excluded and w.endpoint]
-        if colocated:
+        prefills = [w for w in table.active(Role.PREFILL)
+                    if w.slot not in excluded and w.endpoint and w.bootstrap_port is not None]
+        decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint] if prefills else []
+        if colocated and (not decodes or _least_busy(colocated, loads) <= _least_busy(decodes, loads)):
             options = self._options(colocated, loads, key)
             i = self.routing.select_worker(options, request)
             return Target(worker=colocated[i], prefill_tokens=_own_prefill(request, options[i]))
-        prefills = [w for w in table.active(Role.PREFILL)
-                    if w.slot not in excluded and w.endpoint and w.bootstrap_port is not None]
-        decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint]
         if not prefills or not decodes:
             raise NoRoute("no active colocated worker and no complete prefill/decode pair")
         p_options = self._options(prefills, loads, key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
 import httpx
 from aiohttp import web
@@ -69,9 +70,11 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulatorLauncher, launcher_factory=None,
-                          settle_s: float = 30.0, token: str = "pearl-test-token"):
+                          settle_s: float = 30.0, token: str = "pearl-test-token",
+                          router_config: RouterConfig | None = None):
     """Router + control plane + workers in this event loop, on a free loopback port;
-    the table's invariants are checked on every change and asserted at the end."""
+    the table's invariants are checked on every change and asserted at the end.
+    ``router_config``: the router's settings (its admin token is ``token``)."""
     store = StateStore(StateTable.create(tp_size=config.engine.tp_size, dedicated_gpus=config.zones.dedicated,
                                          overlap_gpus=config.zones.overlap))
     violations = []
@@ -82,7 +85,8 @@ async def running_cluster(config: ClusterConfig, *, launcher_cls=InProcessEmulat
         launchers.append(launcher_factory(cluster, session) if launcher_factory else launcher_cls(cluster.engine))
         return launchers[-1]
 
-    router_config = RouterConfig(security=Security(admin_token=token), health_interval_s=3600)
+    router_config = replace(router_config or RouterConfig(health_interval_s=3600),
+                            security=Security(admin_token=token))
     app = build_app(router_config, store, config, launcher_factory=factory)
     runner = web.AppRunner(app)
     await runner.setup()

@@ -14,8 +14,11 @@ import pytest
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.launchers import LocalLauncher
 from pearl_sglang.control.processes import SglangCpuStack, free_port
-from pearl_sglang.core.state import Role
+from pearl_sglang.core.state import Activity, Role
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.dispatch import DispatchConfig
 from tests.control.conftest import PROFILE, running_cluster
+from tests.faults.support import until
 from tests.support.workers import STACK_DIR
 
 pytestmark = [pytest.mark.realsglang, pytest.mark.timeout(600)]
@@ -41,6 +44,18 @@ def local(cluster, session):
     return LocalLauncher(cluster.engine, cluster.launcher, session)
 
 
+def relaunching(table) -> list[int]:
+    return [w.slot for w in table.rollout_workers() if w.activity is Activity.SWITCHING and not w.held]
+
+
+async def generate(c, ids, n):
+    """``c.generate`` with a client timeout as long as a relaunch can take."""
+    r = await c.client.post(c.url + "/generate", timeout=400, json={
+        "input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
 async def test_joined_worker_serves_only_at_latest_weights(tiny_model_dir, tiny_model_variant_dir, tmp_path):
     config = real_config(tiny_model_dir, tmp_path, dedicated=1, pd_mode="colocated")
     async with running_cluster(config, launcher_factory=local, settle_s=300) as c:
@@ -62,26 +77,42 @@ async def test_joined_worker_serves_only_at_latest_weights(tiny_model_dir, tiny_
         assert direct["output_ids"] == on_v2["output_ids"]  # the new worker really holds v2 weights
 
 
+@pytest.mark.timeout(900)  # three starts and two relaunches, one after the other: 9 min on a loaded CPU
 async def test_forced_in_place_switch_and_relaunch_on_real_sglang(tiny_model_dir, tmp_path):
     config = real_config(tiny_model_dir, tmp_path, dedicated=3, pd_mode="disaggregated")
-    async with running_cluster(config, launcher_factory=local, settle_s=300) as c:
+    # Requests sent while nothing serves wait for a route as long as a relaunch can take.
+    patient = RouterConfig(health_interval_s=3600, dispatch=DispatchConfig(route_wait_s=400))
+    async with running_cluster(config, launcher_factory=local, settle_s=300, router_config=patient) as c:
         topo = c.table.active_topology()
         assert (topo.prefill, topo.decode) == (1, 2), topo
         ids = [5, 10, 15, 20, 25]
         expected = (await c.generate(ids, 20))["output_ids"]
         launches = c.launcher.launches
-        flood = [asyncio.ensure_future(c.generate(ids, 300)) for _ in range(3)]
+        flood = [asyncio.ensure_future(generate(c, ids, 300)) for _ in range(3)]  # moved, then waiting for a route
         await asyncio.sleep(0.5)
         prefill = c.table.active(Role.PREFILL)[0]
         await c.admin("/pearl/gpus", {"action": "leave", "gpus": list(prefill.gpus), "deadline_s": 120})
         await c.settle(120)
         assert (c.table.active_topology().prefill, c.table.active_topology().decode) == (1, 1)
         assert c.launcher.launches == launches  # decode -> prefill in place, no relaunch
-        assert all(o["meta_info"]["completion_tokens"] == 300 for o in await asyncio.gather(*flood))
+        flooded = await asyncio.gather(*flood)
+        assert all(o["meta_info"]["completion_tokens"] == 300 for o in flooded), [o["meta_info"] for o in flooded]
         assert (await c.generate(ids, 20))["output_ids"] == expected
-        await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}, timeout=400)  # PD -> colocated: relaunch
+        # PD -> colocated relaunches: 1P1D keeps no serving path, so one worker relaunches
+        # first (requests wait for it), then it serves while the other relaunches.
+        change = asyncio.ensure_future(c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}, timeout=400))
+        await until(lambda: relaunching(c.table), timeout=120, what="the first wave to begin")
+        during_first = [asyncio.ensure_future(generate(c, ids, 20)) for _ in range(2)]
+        await until(lambda: c.table.active_topology().colocated == 1 and relaunching(c.table), timeout=400,
+                    what="the first colocated worker to serve while the last one relaunches")
+        during_last = await asyncio.gather(*(generate(c, ids, 20) for _ in range(2)))
+        assert not change.done()  # served before the last wave is healthy
+        out = await change
+        assert [w["keeps_serving"] for w in out["waves"]] == [False, True], out
         assert c.table.active_topology().colocated == 2
         assert c.launcher.launches == launches + 2
+        for o in [*during_last, *await asyncio.gather(*during_first)]:
+            assert o["output_ids"] == expected
         assert (await c.generate(ids, 20))["output_ids"] == expected
 
 

@@ -172,3 +172,26 @@ async def test_no_request_lost_when_30_percent_of_workers_leave_during_a_burst()
     # Every output is token-exact (above). A moved request can still finish on its own worker
     # between the drain's decision and its abort landing, so a few moved ones need no migration.
     assert moved >= 15 and migrated >= 0.9 * moved, (moved, migrated)
+
+
+async def test_a_migrated_request_whose_worker_answers_the_abort_with_an_error_still_moves(monkeypatch):
+    """SGLang ends a PD request whose prefill was aborted under it (the drain of its
+    prefill worker) with ``abort`` and status 500 (a failed KV transfer) on the decode
+    worker. The router aborted it to move it: it moves, it is not the request's end."""
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    async with emulators(3, *SLOW) as workers:
+        (u0, w0), (u1, _), (u2, _) = workers
+        original = w0.engine.abort
+        monkeypatch.setattr(w0.engine, "abort", lambda rid=None, **kw: original(
+            rid, **{**kw, "message": "Aborted by AbortReq.", "status_code": 500}))
+        async with httpx.AsyncClient(timeout=60) as c:
+            reference = await _post(c, u2 + "/generate", _long(prompt))
+            async with running_router(regular=[u0, u1]) as (url, app, store):
+                task = asyncio.ensure_future(_post(c, url + "/generate", _long(prompt, rid="mig500")))
+                await _until_running(w0)
+                await asyncio.sleep(0.3)
+                assert await _leave(store, app, 0) == 1
+                out = await task
+    assert out["output_ids"] == reference["output_ids"]
+    assert out["meta_info"]["pearl_attempts"] == 2
+    assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 400}

@@ -45,3 +45,27 @@ def test_matched_tokens_is_the_prefix_each_worker_holds():
     assert sel.matched_tokens(key, {1, 2, 3, 4}) == {1: 640, 2: 256, 3: 64}
     assert sel.matched_tokens(key, {2}) == {2: 256}
     assert sel.matched_tokens((99,) + key, {1, 2}) == {}
+
+
+def test_a_mixed_pool_sends_requests_to_the_less_busy_side():
+    """While a colocated <-> PD change runs in waves, colocated workers and PD pairs serve
+    side by side: a request goes to whichever side is less busy, so neither the newly
+    admitted workers nor the old ones still serving stay idle."""
+    from pearl_sglang.core.placement import WorkerLoad
+    from pearl_sglang.core.state import StateTable
+
+    def worker(slot, role):
+        return WorkerRecord(slot=slot, gpus=(f"n0:{slot}",), zone=Zone.DEDICATED, role=role,
+                            activity=Activity.ACTIVE, endpoint=f"http://w{slot}",
+                            bootstrap_port=9000 + slot if role is Role.PREFILL else None)
+
+    table = StateTable.create(tp_size=1, dedicated_gpus={f"n0:{i}" for i in range(3)}, overlap_gpus=set(),
+                              workers=[worker(0, Role.COLOCATED), worker(1, Role.PREFILL), worker(2, Role.DECODE)])
+    sel = Selector()
+    busy_colocated = {0: WorkerLoad(running=4), 2: WorkerLoad(running=1)}
+    target = sel.choose(table, loads=busy_colocated, key=(1, 2))
+    assert (target.prefill.slot, target.decode.slot) == (1, 2)
+    busy_pair = {0: WorkerLoad(running=1), 2: WorkerLoad(running=3)}
+    assert sel.choose(table, loads=busy_pair, key=(1, 2)).worker.slot == 0
+    assert sel.choose(table, loads={}, key=(1, 2)).worker.slot == 0  # a tie keeps the colocated worker
+    assert sel.choose(table, loads=busy_colocated, key=(1, 2), exclude={2}).worker.slot == 0
