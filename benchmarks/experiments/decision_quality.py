@@ -23,13 +23,23 @@ from typing import Any
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, save, write
 from benchmarks.experiments.runner import RESULTS, Job, arg_parser, results_name, run_jobs
+from pearl_sglang.core.prediction_error import mape_by_model
 
 NAME = "decision-quality"
 MODELS = ("paper", "tail")
-REGIMES = ("swe-paper", "env-bound")
-# (regime, reserved GPUs, batch).  The full grid; --quick runs QUICK_POINTS.
-FULL_POINTS = tuple((r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64, 128))
-QUICK_POINTS = tuple((r, g, 32) for r in REGIMES for g in (4, 8))
+# Regime -> (preset, workload overrides).  swe-paper is the paper's regime (prefill-heavy:
+# 95% of the context re-prefilled per turn); cache-friendly keeps the whole context
+# cached; compute-bound cuts the environment latency tenfold, so the pool's throughput
+# sets the step; env-bound is the environment-latency-bound preset.
+REGIMES: dict[str, tuple[str, dict[str, Any]]] = {
+    "swe-paper": ("swe-paper", {}),
+    "env-bound": ("env-bound", {}),
+    "cache-friendly": ("swe-paper", {"rewrite_fraction": 0.0}),
+    "compute-bound": ("swe-paper", {"env_latency_median_s": 0.05, "env_latency_p90_s": 0.5}),
+}
+# (regime, reserved GPUs, batch): 24 points; --quick runs QUICK_POINTS (CI-sized).
+FULL_POINTS = tuple((r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64))
+QUICK_POINTS = tuple((r, g, 32) for r in ("swe-paper", "env-bound") for g in (4, 8))
 WITHIN = 0.02
 
 
@@ -38,18 +48,20 @@ def candidates(gpus: int) -> list[tuple[str, bool]]:
     return [(mode, borrow) for mode in fixed.splits(gpus // 2) for borrow in (False, True)]
 
 
-def candidate_job(point: tuple[str, int, int], mode: str, borrow: bool) -> Job:
+def _job(point: tuple[str, int, int], *, pd_mode: str, system: str) -> Job:
     regime, gpus, batch = point
-    j = fixed.job(gpus=gpus, pd_mode=mode, batch=batch, preset=regime,
-                  system="pearl-ungated" if borrow else "pearl-no-borrow")
-    return Job(f"{regime}-{j.name}", j.config)
+    preset, workload = REGIMES[regime]
+    j = fixed.job(gpus=gpus, pd_mode=pd_mode, batch=batch, preset=preset, system=system)
+    return Job(f"{regime}-{j.name}", replace(j.config, workload=workload) if workload else j.config)
+
+
+def candidate_job(point: tuple[str, int, int], mode: str, borrow: bool) -> Job:
+    return _job(point, pd_mode=mode, system="pearl-ungated" if borrow else "pearl-no-borrow")
 
 
 def engine_job(point: tuple[str, int, int], model: str) -> Job:
-    regime, gpus, batch = point
-    j = fixed.job(gpus=gpus, pd_mode="auto", batch=batch, preset=regime, system="pearl")
-    return Job(f"{regime}-{j.name}-{model}",
-               replace(j.config, cluster_overrides={"makespan_model": model}))
+    j = _job(point, pd_mode="auto", system="pearl")
+    return Job(f"{j.name}-{model}", replace(j.config, cluster_overrides={"makespan_model": model}))
 
 
 def measured(result: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +125,18 @@ def summarize_model(rows: list[dict[str, Any]], model: str) -> dict[str, Any]:
     }
 
 
+def prediction_errors(points: tuple[tuple[str, int, int], ...], grid: dict[tuple, Job],
+                      results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per regime, each model's MAPE against the measured rollout time over the measured
+    steps of every replay of that regime (candidates and engines), and the step count."""
+    out: dict[str, dict[str, Any]] = {}
+    for regime in dict.fromkeys(p[0] for p in points):
+        records = [p for key, job in grid.items() if key[0][0] == regime
+                   for s in results[job.name]["steps"][1:] if (p := s.get("prediction"))]
+        out[regime] = {"steps": len(records), **mape_by_model(records)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(NAME, __doc__)
     args = parser.parse_args(argv)
@@ -122,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows = [evaluate_point(p, grid, results) for p in points]
     by_model = {m: summarize_model(rows, m) for m in MODELS}
+    errors = prediction_errors(points, grid, results)
     chosen = "tail"
     summary = {"points": len(rows), "grid": [list(p) for p in points], "steps": fixed.STEPS,
                **{k: by_model[chosen][k] for k in ("within_2pct", "worst_loss", "mean_loss",
                                                     "borrow_refused_when_useless")},
-               "model": chosen, "by_model": by_model, "rows": rows}
+               "model": chosen, "by_model": by_model, "prediction_mape": errors, "rows": rows}
     table = []
     for r in rows:
         best = r["best"]
@@ -145,7 +170,12 @@ def main(argv: list[str] | None = None) -> int:
           + md_table(["point", "empirical best", "best borrow vs no borrow", "paper model (today)",
                       "tail-aware model"], table)
           + "\n" + md_table(["model", "points", "within 2%", "worst loss", "mean loss",
-                             "borrowed where useless", "refused useless borrowing"], totals))
+                             "borrowed where useless", "refused useless borrowing"], totals)
+          + "\nPrediction error (MAPE of the predicted rollout time against the measured one, measured steps of "
+            "every replay of the regime, each for the configuration that ran):\n\n"
+          + md_table(["regime", "steps"] + [f"{m} model" for m in MODELS],
+                     [[regime, e["steps"]] + [f"{e[m]:.1%}" if e.get(m) is not None else "-" for m in MODELS]
+                      for regime, e in errors.items()]))
     write(name, summary, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.7), 3.6))
