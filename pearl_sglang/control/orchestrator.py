@@ -350,6 +350,9 @@ class Orchestrator(WeightPushes, GrowthRecovery):
             self.training = True
             self.last_step["begin"] = step
             self._persist()
+            # The batch is complete: close the step (its time, telemetry and the prediction
+            # made for it) before deciding the next rollout's topology, which starts now.
+            self._observe_step(started)
             await self._cancel_growth(by="train_begin")
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
@@ -359,7 +362,6 @@ class Orchestrator(WeightPushes, GrowthRecovery):
                 await self._deactivate_leaving("intra_scale", self.config.deadlines.train_begin_s)
             if not self.store.table.training_owns_overlap:
                 raise RuntimeError("overlap GPUs still held after deactivation")
-            self._observe_step(loop.time())
             self.borrowing = False
             self._start_growth(p, "train_begin")
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}

@@ -39,3 +39,22 @@ def test_makespan_model_is_validated(tiny_model_dir):
     with pytest.raises(ConfigError, match="makespan_model must be 'paper' or 'tail'"):
         cluster_config(tiny_model_dir, makespan_model="median")
     assert cluster_config(tiny_model_dir).makespan_model == "tail"
+
+
+async def test_a_step_records_the_prediction_made_for_it(tiny_model_dir):
+    """The step closed at train_begin carries the prediction of the configuration that
+    ran (here the borrowed pool decided at train_finished), not the one train_begin then
+    makes for the next rollout."""
+    config = cluster_config(tiny_model_dir, gate={"enabled": False}, makespan_model="paper")
+    async with running_cluster(config) as c:
+        await c.admin("/train_begin", {"step": 0})
+        assert (await c.admin("/train_finished", {"step": 0}))["borrowing"]
+        await c.settle()
+        await c.admin("/train_begin", {"step": 1})
+        control = (await c.client.get(c.url + "/pearl/state", headers=AUTH)).json()["control"]
+        borrowed = next(d for d in control["decisions"] if d["operation"] == "train_finished")
+        following = [d for d in control["decisions"] if d["operation"] == "train_begin"][-1]
+        assert borrowed["budget"] == 4 and following["budget"] == 2
+        (step,) = control["step_predictions"]
+        assert step["borrowed"] is True
+        assert step["predicted_s"] == borrowed["predicted_makespan_s"] != following["predicted_makespan_s"]
