@@ -104,9 +104,11 @@ def evaluate_point(point: tuple[str, int, int], grid: dict[tuple, Job],
         step = measured(r)
         pred = step.get("prediction") or {}
         v = step_tok_s(r)
+        # The step's own record says whether it borrowed (the row's ``borrowing`` is the
+        # state after train_finished, i.e. the next step's).
+        borrowed = pred["borrowed"] if pred else step["borrowing"]
         out[model] = {"tok_s": v, "loss": max(0.0, (best - v) / best) if best > 0 else 0.0,
-                      "topology": step["topology"], "borrowed": bool(step["borrowing"]),
-                      "prediction": pred}
+                      "topology": step["topology"], "borrowed": bool(borrowed), "prediction": pred}
     return out
 
 

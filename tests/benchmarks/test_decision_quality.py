@@ -36,8 +36,9 @@ def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing(
     tok = {("colocated", False): 1000.0, ("colocated", True): 990.0, ("1:1", False): 900.0, ("1:1", True): 950.0}
     results = {grid[(point, "candidate", m, b)].name: _result(v) for (m, b), v in tok.items()}
     pred = {"predicted_by_model_s": {"paper": 90.0, "tail": 105.0}, "rollout_s": 100.0}
-    results[grid[(point, "engine", "paper")].name] = _result(985.0, borrowing=True, pred=pred)
-    results[grid[(point, "engine", "tail")].name] = _result(1000.0, pred=pred)
+    results[grid[(point, "engine", "paper")].name] = _result(985.0, pred={**pred, "borrowed": True})
+    # The row's flag is the next step's gate answer; the step's own record decides.
+    results[grid[(point, "engine", "tail")].name] = _result(1000.0, borrowing=True, pred={**pred, "borrowed": False})
     row = dq.evaluate_point(point, grid, results)
     assert row["best"] == {"pd_mode": "colocated", "borrow": False, "tok_s": 1000.0}
     assert row["borrowing_useless"] and row["borrow_gain"] == pytest.approx(-0.01)
