@@ -1,4 +1,4 @@
-"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|reconfig} [--quick] [--preset NAME]``"""
+"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|decision-quality|reconfig} [--quick] [--preset NAME]``"""
 from __future__ import annotations
 
 import importlib
@@ -17,12 +17,14 @@ EXPERIMENTS = {
     "reconfig": "benchmarks.reconfiguration_cost",
 }
 REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
+# Run by name only, not by ``all``: one replay per candidate configuration per point.
+SEPARATE = {"decision-quality": "benchmarks.experiments.decision_quality"}  # built on runner.run_jobs
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*EXPERIMENTS, "all"):
-        print(__doc__.strip() + "\n\nexperiments: " + ", ".join(EXPERIMENTS), file=sys.stderr)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*EXPERIMENTS, *SEPARATE, "all"):
+        print(__doc__.strip() + "\n\nexperiments: " + ", ".join([*EXPERIMENTS, *SEPARATE]), file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     name, rest = argv[0], argv[1:]
     names = list(EXPERIMENTS) if name == "all" else [name]
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         t0 = time.perf_counter()
         print(f"== {n} ==", flush=True)
-        rc = importlib.import_module(EXPERIMENTS[n]).main(rest)
+        rc = importlib.import_module({**EXPERIMENTS, **SEPARATE}[n]).main(rest)
         print(f"== {n}: done in {time.perf_counter() - t0:.0f} s ==", flush=True)
         if rc:
             return rc

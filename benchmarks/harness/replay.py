@@ -49,7 +49,7 @@ from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGME
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.state_store import StateStore
-from pearl_sglang.core.prediction_error import mape, new_prediction
+from pearl_sglang.core.prediction_error import mape, mape_by_model, new_prediction
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
 from pearl_sglang.demo.report import label, roles
@@ -233,10 +233,13 @@ class Recorder:
             "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
             # The router's per-worker utilization of this step's rollout (closed at train_begin).
             "utilization": (self.last_state.get("utilization") or {}).get("last_step"),
-            # Predicted vs observed duration of the control plane's last closed step (train_begin
-            # to train_begin) for the configuration that ran; None when none closed since.
+            # The control plane's predictions of this rollout (closed at this step's train_begin,
+            # when the batch was complete) for the configuration that ran, by each makespan
+            # model, with the measured rollout time they predict; None when none closed since.
             "prediction": new_prediction(control.get("step_predictions") or [], self._predicted_steps),
         }
+        if row["prediction"] is not None:
+            row["prediction"]["rollout_s"] = row["rollout_s"]
         self.steps.append(row)
         if self.verbose:
             print(f"[{row['end_s'] / 60:6.1f} min] step {r.step:3d} {r.duration_s:7.1f} s "
@@ -265,8 +268,10 @@ def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
         # Busiest worker's busy time over the mean, per step: an idle part of the pool shows here.
         "busy_busiest_over_mean_max": max(balance) if balance else None,
         "busy_busiest_over_mean_mean": sum(balance) / len(balance) if balance else None,
-        # Mean absolute percentage error of the makespan model over every recorded step.
-        "prediction_mape": mape((p["predicted_s"], p["observed_s"]) for s in steps if (p := s.get("prediction"))),
+        # Mean absolute percentage error of the configured makespan model's prediction against the
+        # measured rollout time over every recorded step, and of each model's.
+        "prediction_mape": mape((p["predicted_s"], p["rollout_s"]) for s in steps if (p := s.get("prediction"))),
+        "prediction_mape_by_model": mape_by_model(p for s in steps if (p := s.get("prediction"))),
         "predicted_steps": sum(1 for s in steps if s.get("prediction")),
     }
 

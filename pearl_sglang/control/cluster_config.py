@@ -231,6 +231,11 @@ class ClusterConfig:
     # "auto" (the decision engine), "colocated", "disaggregated" (the best P:D ratio), or a
     # fixed "P:D" ratio scaled to the budget (benchmarks: the PD sweep, ratio selection).
     pd_mode: str = "auto"
+    # The makespan model decisions use (mode and ratio, the borrowing gate): "tail" (the
+    # paper's equations with the slowest trajectory's latency floor, on the work that
+    # remains) or "paper" (the paper's equations alone). The default is the one the
+    # decision-quality benchmark measured better (docs/decisions-tail-and-gate.md).
+    makespan_model: str = "paper"
     # Emulated seconds per real second (the emulator's --time-scale; 1 for real GPUs): the
     # control plane measures on its own clock and converts before fitting the profile.
     time_scale: float = 1.0
@@ -259,6 +264,8 @@ class ClusterConfig:
         if self.pd_mode not in ("auto", "colocated", "disaggregated") and fixed_ratio(self.pd_mode) is None:
             raise ConfigError(f"pd_mode must be auto, colocated, disaggregated or a fixed P:D ratio "
                               f"such as '3:5', got {self.pd_mode!r}")
+        if self.makespan_model not in ("paper", "tail"):
+            raise ConfigError(f"makespan_model must be 'paper' or 'tail', got {self.makespan_model!r}")
         if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
             raise ConfigError(f"routing_policy must be one of {', '.join(ROUTING_POLICIES)}, "
                               f"got {self.routing_policy!r}")
@@ -295,6 +302,7 @@ class ClusterConfig:
             weights=_build(WeightsConfig, data.get("weights"), "weights"),
             recovery=_build(RecoveryConfig, recovery, "recovery"),
             pd_mode=data.get("pd_mode", "auto"),
+            makespan_model=data.get("makespan_model", "paper"),
             time_scale=data.get("time_scale", 1.0),
             state_dir=data.get("state_dir"),
             routing_policy=data.get("routing_policy"),

@@ -46,6 +46,8 @@ from pearl_sglang.core.learning_gate import Exploration, LearningGate
 from pearl_sglang.core.planner import plan
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
+from pearl_sglang.core.step_model import MakespanModel, StepContext, running_turns, step_predictions
+from pearl_sglang.core.tail import TurnSpread, spread_of
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Topology
@@ -90,6 +92,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         self._once = OnceByRequestId().run
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
+        self._last_predictions: dict[str, float] = {}
+        self.spread: TurnSpread | None = None  # per-turn spread of the last step (tail-aware model)
         self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
         self.state_file = state_file
         self._intent: dict[str, Any] | None = None
@@ -151,19 +155,44 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
             return table.available_gpus()
         return frozenset(table.dedicated_gpus)
 
+    def _context(self, *, fresh: bool) -> StepContext:
+        """Where the rollout step stands: at its start a fresh batch; mid-step the turns
+        each trajectory has done (router telemetry) and the time it has run."""
+        if fresh or self._last_step_at is None:
+            return StepContext(spread=self.spread)
+        now = asyncio.get_running_loop().time()
+        telemetry = getattr(self.executor.router, "telemetry", None)
+        done = [t.turns_done for t in telemetry.progress(now)] if telemetry is not None else []
+        profile = self.profile()
+        return StepContext(remaining=running_turns(done, profile.B, profile.S), spread=self.spread,
+                           elapsed_s=(now - self._last_step_at) * self.config.time_scale)
+
     def _decide(self, operation: str, budget: int) -> Decision | None:
         if budget == 0:
             return None
         lock = relaunch_lock(self.store.table)
         config = replace(self.config, pd_mode=locked_pd_mode(self.config.pd_mode, lock))
-        decision = policy.target_topology(config, self.store.table, self.profile(), budget)
-        record = {"operation": operation, "budget": budget, **decision.to_dict()}
+        # A step's rollout starts with train_begin (staleness one: the next batch starts as
+        # training does); other events decide on the work left of the step in progress.
+        ctx = self._context(fresh=operation in ("bootstrap", "recovery", "train_begin"))
+        profile = self.profile()
+        decision = policy.target_topology(config, self.store.table, profile, budget, ctx)
+        record = {"operation": operation, "budget": budget, "makespan_model": config.makespan_model,
+                  **decision.to_dict()}
         if lock is not None:
             record["mode_lock"] = lock.to_dict()
         self.decisions.append(record)
-        self._last_prediction_s = decision.predicted_makespan_s
+        paper = decision.predicted_makespan_s if config.makespan_model == MakespanModel.PAPER.value else None
+        self._predict_step(profile, decision.choice, ctx, paper_s=paper)
         self.on_decision(record)
         return decision
+
+    def _predict_step(self, profile: Profile, topology: Topology, ctx: StepContext, *,
+                      paper_s: float | None = None) -> None:
+        """Both models' prediction of the step for the configuration now running; the
+        configured model's is the one the gate learns from."""
+        self._last_predictions = step_predictions(profile, topology, ctx, paper_s=paper_s)
+        self._last_prediction_s = self._last_predictions[MakespanModel.parse(self.config.makespan_model).value]
 
     async def _begin(self, operation: str, *, borrow: bool) -> Wave:
         """Decide and begin the first wave of a plan on the current snapshot; the caller
@@ -336,6 +365,9 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
             self.training = True
             self.last_step["begin"] = step
             self._persist()
+            # The batch is complete: close the step (its time, telemetry and the prediction
+            # made for it) before deciding the next rollout's topology, which starts now.
+            self._observe_step(started)
             await self._cancel_growth(by="train_begin")
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
@@ -345,7 +377,6 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
                 await self._deactivate_leaving("intra_scale", self.config.deadlines.train_begin_s)
             if not self.store.table.training_owns_overlap:
                 raise RuntimeError("overlap GPUs still held after deactivation")
-            self._observe_step(loop.time())
             self.borrowing = False
             self._start_growth(wave, "train_begin")
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
@@ -356,6 +387,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         if step.turns:
             try:
                 self.tracker = self.tracker.observe(step)
+                self.spread = spread_of(step) or self.spread
             except CoreError as e:
                 log.warning("telemetry did not fit: %s", e)
         if self._last_step_at is not None and self._last_prediction_s is not None:
@@ -365,7 +397,9 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
                                                             predicted_s=predicted)
             self.step_predictions.append({"step": self.last_step["finished"], "borrowed": self.borrowing,
                                           "predicted_s": predicted, "observed_s": observed,
-                                          "error": (observed - predicted) / observed if observed > 0 else None})
+                                          "error": (observed - predicted) / observed if observed > 0 else None,
+                                          "makespan_model": self.config.makespan_model,
+                                          "predicted_by_model_s": dict(self._last_predictions)})
         self._last_step_at = now
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
@@ -394,7 +428,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
         ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
-                                             toggle_cost_s=self.learning_gate.toggle_cost_s, remaining=remaining)
+                                             toggle_cost_s=self.learning_gate.toggle_cost_s, remaining=remaining,
+                                             ctx=self._context(fresh=False))
         if decision is not None:
             self.learning_gate, choice = self.learning_gate.choose(decision)
             ok, reason = choice.borrow, choice.reason

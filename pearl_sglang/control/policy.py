@@ -7,20 +7,24 @@ from dataclasses import replace
 
 from pearl_sglang.control.cluster_config import ClusterConfig, fixed_ratio
 from pearl_sglang.core.decision import Decision, decide
-from pearl_sglang.core.gate import GateDecision, gate_for_profile
+from pearl_sglang.core.gate import GateDecision
 from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates, gate as model_gate
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.core.topology import Topology
 
 
-def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int) -> Decision:
+def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int,
+                    ctx: StepContext = StepContext()) -> Decision:
     """``pd_mode`` "auto" is the decision engine's choice (with hysteresis against the
     table's topology); "colocated" and "disaggregated" pin the mode (the baselines and the
     forced-PD ablation), and "P:D" pins the ratio, scaled to the budget (with at least one
-    of each); the engine's candidates stay in the record."""
+    of each); the engine's candidates stay in the record. The candidates are predicted by
+    ``config.makespan_model`` on where the step stands (``ctx``)."""
     current = table.topology()
+    model = MakespanModel.parse(config.makespan_model)
     decision = decide(profile, budget=budget, current=current if current.total else None,
-                      thresholds=config.thresholds)
+                      thresholds=config.thresholds, candidates=candidates(model, profile, budget, ctx))
     mode = config.pd_mode
     ratio = fixed_ratio(mode)
     if ratio is not None and budget >= 2:
@@ -38,8 +42,9 @@ def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, 
 
 
 def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
-           remaining: float | None) -> tuple[bool, str, GateDecision | None]:
-    """Equation (7) on the current budgets, unless borrowing is off or ungated."""
+           remaining: float | None, ctx: StepContext = StepContext()) -> tuple[bool, str, GateDecision | None]:
+    """Equation (7) on the current budgets under ``config.makespan_model``, unless
+    borrowing is off or ungated."""
     gate = config.gate
     if not gate.borrow or not table.overlap_gpus:
         return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs", None
@@ -48,6 +53,6 @@ def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle
     ded = table.budget(frozenset(table.dedicated_gpus))
     full = table.budget(table.available_gpus())
     r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
-    decision = gate_for_profile(profile, dedicated_workers=max(ded, 1), overlap_workers=full - ded,
-                                remaining=r, toggle_cost_s=toggle_cost_s)
+    decision = model_gate(MakespanModel.parse(config.makespan_model), profile, dedicated_workers=max(ded, 1),
+                          overlap_workers=full - ded, remaining=r, ctx=ctx, toggle_cost_s=toggle_cost_s)
     return decision.borrow, decision.reason, decision

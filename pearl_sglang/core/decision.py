@@ -147,8 +147,11 @@ def decide(
     current: Topology | None = None,
     thresholds: Thresholds = Thresholds(),
     constraints: Constraints = Constraints(),
+    candidates: tuple[Candidate, ...] | None = None,
 ) -> Decision:
-    cands = enumerate_candidates(profile, budget, constraints)
+    """``candidates``: the budget's candidates predicted by another makespan model (the
+    tail-aware one, ``tail.tail_candidates``); by default the paper's equations."""
+    cands = enumerate_candidates(profile, budget, constraints) if candidates is None else candidates
     feasible = [c for c in cands if c.feasible]
     # Colocation with N >= 1 is always feasible, so ``feasible`` is never empty.
     best = _best(feasible, prefer=None)

@@ -14,7 +14,10 @@ def new_prediction(entries: Iterable[Mapping[str, Any]], seen: set) -> dict[str,
     if last is None or last.get("step") in seen:
         return None
     seen.add(last.get("step"))
-    return {"predicted_s": last["predicted_s"], "observed_s": last["observed_s"], "borrowed": last["borrowed"]}
+    out = {"predicted_s": last["predicted_s"], "observed_s": last["observed_s"], "borrowed": last["borrowed"]}
+    if last.get("predicted_by_model_s"):
+        out["predicted_by_model_s"] = dict(last["predicted_by_model_s"])
+    return out
 
 
 def mape(pairs: Iterable[tuple[float, float]]) -> float | None:
@@ -22,3 +25,16 @@ def mape(pairs: Iterable[tuple[float, float]]) -> float | None:
     ``None`` when there is none."""
     errors = [abs(obs - pred) / obs for pred, obs in pairs if obs > 0]
     return sum(errors) / len(errors) if errors else None
+
+
+def mape_by_model(records: Iterable[Mapping[str, Any]], *, observed: str = "rollout_s") -> dict[str, float | None]:
+    """MAPE of each makespan model's prediction (``predicted_by_model_s``) against the
+    records' ``observed`` duration."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        obs = r.get(observed)
+        if obs is None:
+            continue
+        for model, pred in (r.get("predicted_by_model_s") or {}).items():
+            pairs.setdefault(model, []).append((pred, obs))
+    return {model: mape(ps) for model, ps in sorted(pairs.items())}

@@ -31,8 +31,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
+from pearl_sglang.core.decision import enumerate_candidates
 from pearl_sglang.core.errors import InvalidConfig
-from pearl_sglang.core.makespan import Constraints, evaluate
+from pearl_sglang.core.makespan import Candidate, Constraints, evaluate
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import StepTelemetry
 from pearl_sglang.core.topology import Mode, Topology
@@ -154,3 +155,14 @@ def predict(p: Profile, topology: Topology, *, remaining: tuple[float, ...] | No
         return TailPrediction(0.0, 0.0)
     throughput = evaluate(left, topology, constraints).predicted_makespan_s
     return TailPrediction(throughput, latency_floor(p, topology, remaining, spread))
+
+
+def tail_candidates(p: Profile, budget: int, *, remaining: tuple[float, ...] | None = None,
+                    spread: TurnSpread | None = None,
+                    constraints: Constraints = Constraints()) -> tuple[Candidate, ...]:
+    """The decision engine's candidates at ``budget`` with the tail-aware prediction
+    (``predict``) in place of the paper's; feasibility (KV, prefill stability) is the
+    paper's, judged on the full batch."""
+    return tuple(replace(c, predicted_makespan_s=predict(p, c.topology, remaining=remaining, spread=spread,
+                                                         constraints=constraints).makespan_s)
+                 for c in enumerate_candidates(p, budget, constraints))

@@ -13,8 +13,10 @@ trajectories with ``S`` turns each), and ``spread``, the per-turn telemetry with
 spread ``{"env_mean_s", "env_std_s", "tokens_mean", "tokens_std", "z"}`` (default the
 profile's means, no spread).  Given either, the output gains ``tail``: every candidate's
 tail-aware prediction (throughput-bound time on the remaining work, latency floor, and
-their max) and the tail-aware best.  The engine's choice itself is still the paper's
-model with hysteresis.  Units: seconds, bytes,
+their max) and the tail-aware best.  ``makespan_model`` (``"paper"`` or ``"tail"``) is the
+model the engine's choice (with hysteresis) is made with, as the cluster config's key of
+the same name; by default ``"tail"`` when either tail-aware input is given, else
+``"paper"`` (the two agree on a fresh batch without spread).  Units: seconds, bytes,
 bytes per second.  Every problem is reported as ``InputError`` naming the key.
 """
 from __future__ import annotations
@@ -32,9 +34,10 @@ from pearl_sglang.core import (
     decide,
     plan,
 )
+from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates
 from pearl_sglang.core.tail import TurnSpread, predict
 
-_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread"}
+_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
 
 
@@ -56,6 +59,7 @@ class Request:
     available: frozenset[str] | None = None
     remaining: tuple[float, ...] | None = None
     spread: TurnSpread | None = None
+    model: MakespanModel = MakespanModel.PAPER
 
 
 def _obj(value: Any, key: str) -> Mapping[str, Any]:
@@ -141,7 +145,10 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
         if "env_mean_s" not in sp:
             raise InputError("spread.env_mean_s", "missing")
         spread = _wrap("spread", TurnSpread, **sp)
-    return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread)
+    default = "tail" if remaining is not None or spread is not None else "paper"
+    model = _wrap("makespan_model", MakespanModel.parse, data.get("makespan_model", default))
+    return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
+                   model)
 
 
 def _tail(req: Request, decision) -> dict[str, Any]:
@@ -156,9 +163,11 @@ def _tail(req: Request, decision) -> dict[str, Any]:
 
 def run(req: Request) -> dict[str, Any]:
     """Decide (and plan, when a table came in); the result as a JSON-safe dict."""
+    ctx = StepContext(remaining=req.remaining, spread=req.spread)
+    cands = _wrap("N", candidates, req.model, req.profile, req.budget, ctx, req.constraints)
     decision = _wrap("N", decide, req.profile, budget=req.budget, current=req.current,
-                     thresholds=req.thresholds, constraints=req.constraints)
-    out = decision.to_dict()
+                     thresholds=req.thresholds, constraints=req.constraints, candidates=cands)
+    out = {**decision.to_dict(), "makespan_model": req.model.value}
     if req.remaining is not None or req.spread is not None:
         out["tail"] = _tail(req, decision)
     if req.table is None:

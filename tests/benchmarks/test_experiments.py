@@ -62,7 +62,8 @@ def test_suite_command_lists_experiments(capsys):
     from benchmarks.experiments.__main__ import main
     assert main(["--help"]) == 0
     assert main(["nonsense"]) == 2
-    assert "pd-sweep" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "pd-sweep" in err and "decision-quality" in err
 
 
 def test_all_runs_every_experiments_replays_in_one_pool(tmp_path, monkeypatch, capsys):

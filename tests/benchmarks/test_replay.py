@@ -106,8 +106,15 @@ def test_replay_records_predicted_and_observed_makespan():
     recorded = [s["prediction"] for s in result["steps"] if s["prediction"]]
     assert recorded, "no step carried a prediction"
     for p in recorded:
-        assert p["predicted_s"] > 0 and p["observed_s"] > 0
+        assert p["predicted_s"] > 0 and p["observed_s"] > 0 and p["rollout_s"] > 0
+        assert set(p["predicted_by_model_s"]) == {"paper", "tail"}
+        # The configured model (the default, paper) is the one the control plane acts on.
+        assert p["predicted_s"] == p["predicted_by_model_s"]["paper"]
     summary = result["summary"]
     assert summary["predicted_steps"] == len(recorded)
-    expected = sum(abs(p["observed_s"] - p["predicted_s"]) / p["observed_s"] for p in recorded) / len(recorded)
+    # Errors are against the measured rollout time, which is what the models predict.
+    expected = sum(abs(p["rollout_s"] - p["predicted_s"]) / p["rollout_s"] for p in recorded) / len(recorded)
     assert summary["prediction_mape"] == pytest.approx(expected)
+    for model in ("paper", "tail"):
+        errs = [abs(p["rollout_s"] - p["predicted_by_model_s"][model]) / p["rollout_s"] for p in recorded]
+        assert summary["prediction_mape_by_model"][model] == pytest.approx(sum(errs) / len(errs))

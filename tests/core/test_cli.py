@@ -99,7 +99,24 @@ def test_tail_inputs_add_tail_aware_predictions(capsys):
     assert "tail" not in json.loads(out)
 
 
+def test_makespan_model_picks_the_model_the_choice_is_made_with(capsys):
+    tail_inputs = {"remaining_turns": [25, 2, 2],
+                   "spread": {"env_mean_s": 30.0, "env_std_s": 20.0, "tokens_mean": 400, "tokens_std": 100}}
+    _, out, _ = _run({**PROFILE, "N": 6, **tail_inputs}, capsys=capsys)
+    tail = json.loads(out)
+    assert tail["makespan_model"] == "tail"
+    assert tail["predicted_makespan_s"] == tail["tail"]["best"]["makespan_s"]  # no current: the best
+    _, out, _ = _run({**PROFILE, "N": 6, **tail_inputs, "makespan_model": "paper"}, capsys=capsys)
+    paper = json.loads(out)
+    assert paper["makespan_model"] == "paper"
+    assert paper["predicted_makespan_s"] == min(c["predicted_makespan_s"] for c in paper["candidates"] if c["feasible"])
+    assert paper["predicted_makespan_s"] < tail["predicted_makespan_s"]
+    _, out, _ = _run({**PROFILE, "N": 6}, capsys=capsys)
+    assert json.loads(out)["makespan_model"] == "paper"
+
+
 @pytest.mark.parametrize("payload,key", [
+    ({"makespan_model": "median"}, "makespan_model"),
     ({"remaining_turns": [1, -2]}, "remaining_turns"),
     ({"remaining_turns": "3"}, "remaining_turns"),
     ({"spread": {"env_std_s": 1}}, "spread.env_mean_s"),

@@ -1,0 +1,52 @@
+"""Decision-quality benchmark: its grid, and how it scores choices against the best."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.experiments import decision_quality as dq
+from benchmarks.harness.replay import cluster_mapping, resolve_system
+from pearl_sglang.control.cluster_config import ClusterConfig
+
+
+def _result(tok_s: float, *, borrowing: bool = False, topology: str = "2C", pred=None) -> dict:
+    step = {"topology": topology, "borrowing": borrowing, "prediction": pred}
+    return {"summary": {"mean_throughput_tok_s": tok_s}, "steps": [dict(step, prediction=None), step]}
+
+
+def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
+    assert len(dq.FULL_POINTS) == 24 and {p[0] for p in dq.FULL_POINTS} == set(dq.REGIMES)
+    grid = dq.jobs_of((("env-bound", 8, 32),))
+    assert len(grid) == 4 * 2 + 2  # colocated + 3 splits of 4 workers, borrowing on/off; 2 engines
+    assert len({j.name for j in grid.values()}) == len(grid)
+    for key, job in grid.items():
+        cluster = ClusterConfig.from_mapping(cluster_mapping(job.config, resolve_system(job.config), tmp_path))
+        if key[1] == "engine":
+            assert cluster.pd_mode == "auto" and cluster.gate.enabled and cluster.makespan_model == key[2]
+        else:
+            # borrowing on: every step, ungated; off: never
+            assert cluster.pd_mode == key[2] and cluster.gate.borrow is key[3]
+            assert not (key[3] and cluster.gate.enabled)
+    compute = dq.jobs_of((("compute-bound", 4, 32),))
+    assert all(j.config.workload["env_latency_median_s"] == 0.05 for j in compute.values())
+
+
+def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing():
+    point = ("env-bound", 4, 32)
+    grid = dq.jobs_of((point,))
+    tok = {("colocated", False): 1000.0, ("colocated", True): 990.0, ("1:1", False): 900.0, ("1:1", True): 950.0}
+    results = {grid[(point, "candidate", m, b)].name: _result(v) for (m, b), v in tok.items()}
+    pred = {"predicted_by_model_s": {"paper": 90.0, "tail": 105.0}, "rollout_s": 100.0}
+    results[grid[(point, "engine", "paper")].name] = _result(985.0, pred={**pred, "borrowed": True})
+    # The row's flag is the next step's gate answer; the step's own record decides.
+    results[grid[(point, "engine", "tail")].name] = _result(1000.0, borrowing=True, pred={**pred, "borrowed": False})
+    row = dq.evaluate_point(point, grid, results)
+    assert row["best"] == {"pd_mode": "colocated", "borrow": False, "tok_s": 1000.0}
+    assert row["borrowing_useless"] and row["borrow_gain"] == pytest.approx(-0.01)
+    assert row["paper"]["loss"] == pytest.approx(0.015) and row["paper"]["borrowed"]
+    assert row["tail"]["loss"] == 0.0
+    paper, tail = dq.summarize_model([row], "paper"), dq.summarize_model([row], "tail")
+    assert paper["within_2pct"] == 1 and not paper["borrow_refused_when_useless"]
+    assert tail["borrow_refused_when_useless"] and tail["worst_loss"] == 0.0
+    errors = dq.prediction_errors((point,), grid, results)
+    assert errors["env-bound"]["steps"] == 2  # the two engines' measured steps carry predictions
+    assert errors["env-bound"]["paper"] == pytest.approx(0.10) and errors["env-bound"]["tail"] == pytest.approx(0.05)

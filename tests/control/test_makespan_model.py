@@ -1,0 +1,60 @@
+"""The control plane decides with the configured makespan model: the tail-aware model
+refuses a borrow whose saving the slowest trajectory's latency swallows, which the
+paper's model takes; both models' predictions are recorded for every step."""
+from __future__ import annotations
+
+import pytest
+
+from pearl_sglang.control.cluster_config import ConfigError
+from pearl_sglang.core.tail import TurnSpread
+from tests.control.conftest import AUTH, cluster_config, running_cluster
+
+# One tool call in a few runs for minutes: the step is bound by it, not by the pool.
+HEAVY_TAIL = TurnSpread(env_mean_s=0.2, env_std_s=50.0, tokens_mean=50.0)
+
+
+@pytest.mark.parametrize("model, borrows", [("paper", True), ("tail", False)])
+async def test_gate_decides_with_the_configured_model(tiny_model_dir, model, borrows):
+    # Paper's saving on the tiny profile (2 -> 4 workers) is ~0.13 s; the tail-aware one
+    # under a 50 s environment spread is ~0.03 s.  A 0.05 s toggle cost sits between.
+    config = cluster_config(tiny_model_dir, gate={"enabled": True, "toggle_cost_s": 0.05}, makespan_model=model)
+    async with running_cluster(config) as c:
+        c.control.spread = HEAVY_TAIL
+        await c.admin("/train_begin", {"step": 0})
+        fin = await c.admin("/train_finished", {"step": 0})
+        assert fin["borrowing"] is borrows, fin["reason"]
+        await c.settle()
+        await c.admin("/train_begin", {"step": 1})
+        control = (await c.client.get(c.url + "/pearl/state", headers=AUTH)).json()["control"]
+        decision = next(d for d in control["decisions"] if d["operation"] == "train_begin")
+        assert decision["makespan_model"] == model
+        (step,) = control["step_predictions"]
+        assert step["makespan_model"] == model and set(step["predicted_by_model_s"]) == {"paper", "tail"}
+        assert step["predicted_s"] == step["predicted_by_model_s"][model]
+        # The floor (one 50 s-spread tool call) dominates the tail-aware prediction.
+        assert step["predicted_by_model_s"]["tail"] > 100 > step["predicted_by_model_s"]["paper"]
+
+
+def test_makespan_model_is_validated(tiny_model_dir):
+    with pytest.raises(ConfigError, match="makespan_model must be 'paper' or 'tail'"):
+        cluster_config(tiny_model_dir, makespan_model="median")
+    assert cluster_config(tiny_model_dir).makespan_model == "paper"
+
+
+async def test_a_step_records_the_prediction_made_for_it(tiny_model_dir):
+    """The step closed at train_begin carries the prediction of the configuration that
+    ran (here the borrowed pool decided at train_finished), not the one train_begin then
+    makes for the next rollout."""
+    config = cluster_config(tiny_model_dir, gate={"enabled": False}, makespan_model="paper")
+    async with running_cluster(config) as c:
+        await c.admin("/train_begin", {"step": 0})
+        assert (await c.admin("/train_finished", {"step": 0}))["borrowing"]
+        await c.settle()
+        await c.admin("/train_begin", {"step": 1})
+        control = (await c.client.get(c.url + "/pearl/state", headers=AUTH)).json()["control"]
+        borrowed = next(d for d in control["decisions"] if d["operation"] == "train_finished")
+        following = [d for d in control["decisions"] if d["operation"] == "train_begin"][-1]
+        assert borrowed["budget"] == 4 and following["budget"] == 2
+        (step,) = control["step_predictions"]
+        assert step["borrowed"] is True
+        assert step["predicted_s"] == borrowed["predicted_makespan_s"] != following["predicted_makespan_s"]
