@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import random
 import statistics
 import time
@@ -44,8 +45,19 @@ MODES = ("nonstream", "stream")
 # small next to the routers', which is what is measured).
 AGENTIC_PROFILE_OVERRIDES = {
     "name": "tiny-agentic", "context_length": 65536, "max_total_tokens": 1 << 22,
-    "chunked_prefill_size": 65536, "max_prefill_tokens": 1 << 20,
+    "chunked_prefill_size": 65536, "max_prefill_tokens": 1 << 20, "cache_page_tokens": 64,
 }
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process, all its threads (``/proc/<pid>/stat``)."""
+    if pid is None:
+        return None
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,8 @@ _cell_ids = itertools.count()
 
 
 async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Workload, concurrency: int, *,
-                      max_requests: int, max_s: float, expect: dict, max_new: int) -> dict[str, Any]:
+                      max_requests: int, max_s: float, expect: dict, max_new: int,
+                      pid: int | None = None) -> dict[str, Any]:
     """C tasks each take the next sequence and send its bodies one after another."""
     rr = itertools.cycle(urls)
     seq_counter = itertools.count()
@@ -141,14 +154,17 @@ async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Worklo
                 if expect.setdefault(key, ids) != ids:
                     raise RuntimeError(f"{w.name} {key}: output ids differ between targets: {expect[key]} vs {ids}")
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_s(pid)
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu1 = time.perf_counter() - t0, cpu_s(pid)
     if not lats:
         raise RuntimeError(f"{w.name}: no request completed")
     s = sorted(lats)
-    return {"n": len(lats), "elapsed_s": elapsed, "rps": len(lats) / elapsed,
-            "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+    out = {"n": len(lats), "elapsed_s": elapsed, "rps": len(lats) / elapsed,
+           "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+    if cpu0 is not None and cpu1 is not None:  # the router's own CPU per request: load-independent
+        out["router_cpu_ms_per_req"] = (cpu1 - cpu0) * 1e3 / len(lats)
+    return out
 
 
 async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -169,12 +185,13 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
                 k = rep % len(targets)
                 for t in targets[k:] + targets[:k]:
                     r = await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
-                                          expect=expect, max_new=args.max_new_tokens)
+                                          expect=expect, max_new=args.max_new_tokens, pid=t.pid)
                     r.update(repeat=rep, workload=w.name, mode=w.mode, phase=phase, concurrency=conc,
                              target=t.name)
                     rows.append(r)
                     print(f"  rep {rep} {w.name:9} {w.mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
-                          f"rps={r['rps']:7.1f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms", flush=True)
+                          f"rps={r['rps']:7.1f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms "
+                          f"cpu/req={r.get('router_cpu_ms_per_req', 0):6.2f}ms", flush=True)
     return rows
 
 
@@ -198,6 +215,10 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
             if not tp:
                 continue
             c: dict[str, Any] = {"rps": statistics.median(tp), "p50_1_ms": statistics.median(p50)}
+            cpu = [r["router_cpu_ms_per_req"] for rep in reps
+                   if (r := get(wl, mode, "tp", name, rep)) and "router_cpu_ms_per_req" in r]
+            if cpu:
+                c["cpu_ms_per_req"] = statistics.median(cpu)
             if name != "direct":
                 added = [a["p50_ms"] - d["p50_ms"] for rep in reps
                          if (a := get(wl, mode, "lat_1", name, rep)) and (d := get(wl, mode, "lat_1", "direct", rep))]
@@ -220,16 +241,19 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
         return "-" if x is None else format(x, spec)
     others = [n for n in names if n not in ("pearl", "direct")]
     lines = [f"Agentic sizes: throughput at C={args.agentic_concurrency}, added p50 at C=1 (router p50 - "
-             f"direct p50), repeats={args.repeats} (medians; ratios paired per repeat)", "",
+             f"direct p50), repeats={args.repeats} (medians; ratios paired per repeat); CPU ms/req: the "
+             f"router process's user+system CPU per request in the throughput cell (all threads)", "",
              "| workload | mode | " + " | ".join(f"{n} rps" for n in names) + " | "
              + " | ".join(f"PEARL / {o} rps" for o in others) + " | "
-             + " | ".join(f"{n} added p50@1 ms" for n in names if n != "direct") + " |",
-             "|" + "---|" * (2 + len(names) + len(others) + len(names) - ("direct" in names))]
+             + " | ".join(f"{n} added p50@1 ms" for n in names if n != "direct") + " | "
+             + " | ".join(f"{n} CPU ms/req" for n in names if n != "direct") + " |",
+             "|" + "---|" * (2 + len(names) + len(others) + 2 * (len(names) - ("direct" in names)))]
     for key, cell in summary.items():
         wl, mode = key.split("/")
         row = [wl, mode] + [f(cell.get(n, {}).get("rps"), ".0f") for n in names]
         row += [f(cell.get("pearl", {}).get(f"rps_over_{o}")) for o in others]
         row += [f(cell.get(n, {}).get("added_p50_1_ms"), "+.2f") for n in names if n != "direct"]
+        row += [f(cell.get(n, {}).get("cpu_ms_per_req"), ".2f") for n in names if n != "direct"]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
