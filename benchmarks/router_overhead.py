@@ -353,7 +353,8 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
 
     def pearl(name: str, interval: int | None, src: Path | None = None) -> ServerProcess:
         port = free_port()
-        argv = [py, "-m", "pearl_sglang.router", "--host", "127.0.0.1", "--port", str(port),
+        # -P: the checkout on PYTHONPATH, not the current directory, provides the router.
+        argv = [py, "-P", "-m", "pearl_sglang.router", "--host", "127.0.0.1", "--port", str(port),
                 "--log-level", "WARNING", "--worker-urls", *urls]
         if interval is not None:
             argv += ["--internal-stream-interval", str(interval)]
