@@ -20,6 +20,9 @@ Note on lat@C: with fast generation a closed loop at C=100 saturates the CPU, so
 about C / throughput (Little's law) and the added latency at C reflects throughput; lat@1
 is the added cost of one request when nothing queues.
 
+``--agentic`` adds 4K- and 32K-token prompts and multi-turn trajectories (``router_agentic``),
+PEARL / sglang-router per repeat, with each router's CPU per request.
+
 Cells run interleaved (all targets back to back for one (mode, phase), target order rotated
 each repeat) so machine noise hits them alike; reported numbers are medians over repeats.
 Every streaming response must end with ``data: [DONE]`` and every reply must have exactly
