@@ -38,6 +38,7 @@ setup(
         "orjson>=3.9",
         "prometheus-client>=0.20",
         "pyyaml>=6.0",
+        "uvloop>=0.19; sys_platform != 'win32'",  # the router's event loop (SGLang depends on it too)
     ],
     extras_require={
         "test": TEST + BENCH,

@@ -20,6 +20,9 @@ Note on lat@C: with fast generation a closed loop at C=100 saturates the CPU, so
 about C / throughput (Little's law) and the added latency at C reflects throughput; lat@1
 is the added cost of one request when nothing queues.
 
+``--agentic`` adds 4K- and 32K-token prompts and multi-turn trajectories (``router_agentic``),
+PEARL / sglang-router per repeat, with each router's CPU per request.
+
 Cells run interleaved (all targets back to back for one (mode, phase), target order rotated
 each repeat) so machine noise hits them alike; reported numbers are medians over repeats.
 Every streaming response must end with ``data: [DONE]`` and every reply must have exactly
@@ -52,6 +55,7 @@ sys.path.insert(0, str(REPO))
 from pearl_sglang.control.processes import (  # noqa: E402
     ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
 )
+import router_agentic  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 STACK_DIR = REPO / ".sglang-cpu"
 MODES = ("nonstream", "stream")
@@ -195,7 +199,7 @@ async def measure(targets: list[Target], args: argparse.Namespace
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         # Warm every target: open connections (the routers open theirs upstream), JIT paths.
-        for t in targets:
+        for t in ([] if args.agentic_only else targets):
             for mode in t.modes:
                 await closed_loop(session, t.urls, body_of[mode], mode == "stream", args.tp_concurrency,
                                   max_requests=2 * args.tp_concurrency, max_s=10,
@@ -203,7 +207,7 @@ async def measure(targets: list[Target], args: argparse.Namespace
         for t in targets:
             if t.pid:
                 memory[t.name]["rss_mb_after_warmup"] = rss_mb(t.pid)
-        for rep in range(args.repeats):
+        for rep in range(0 if args.agentic_only else args.repeats):
             for mode in MODES:
                 for phase, conc, max_req, max_s in phases:
                     cell_targets = [t for t in targets if mode in t.modes]
@@ -221,6 +225,10 @@ async def measure(targets: list[Target], args: argparse.Namespace
                         print(f"  rep {rep} {mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
                               f"rps={r['rps']:7.0f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms",
                               flush=True)
+        if args.agentic:
+            # The interval-1 variant is a tiny-prompt streaming comparison only.
+            agentic_targets = [t for t in targets if t.name != "pearl-interval1"]
+            rows += await router_agentic.measure(session, agentic_targets, args)
     for t in targets:
         if t.pid:
             memory[t.name]["rss_mb_at_end"] = rss_mb(t.pid)
@@ -318,7 +326,7 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
     py = sys.executable
     model_dir = log_dir / "model"
     from pearl_sglang.testing.tiny_model import TinyModelSpec, write_tiny_model
-    write_tiny_model(model_dir, TinyModelSpec(arch="qwen2"))
+    write_tiny_model(model_dir, TinyModelSpec(arch="qwen2", max_position_embeddings=65536))
     env = {"PYTHONPATH": str(REPO)}
 
     def spawn(name: str, argv: list[str], port: int, extra_env: dict | None = None,
@@ -329,12 +337,17 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
         servers.append(s)
         return s.start()
 
+    profile = "tiny"
+    if args.agentic:  # room for 32K-token contexts
+        base = json.loads((REPO / "pearl_sglang" / "emulator" / "profiles" / "tiny.json").read_text())
+        profile = str(log_dir / "tiny-agentic.json")
+        Path(profile).write_text(json.dumps({**base, **router_agentic.AGENTIC_PROFILE_OVERRIDES}))
     workers = []
     for i in range(args.workers):
         port = free_port()
         workers.append(spawn(f"worker{i}", [py, "-m", "pearl_sglang.emulator", "--host", "127.0.0.1",
                                             "--port", str(port), "--model-path", str(model_dir),
-                                            "--profile", "tiny", "--time-scale", str(args.time_scale),
+                                            "--profile", profile, "--time-scale", str(args.time_scale),
                                             "--seed", "0"], port))
     wait_all_healthy(workers, timeout=60)
     urls = [w.url for w in workers]
@@ -343,7 +356,8 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
 
     def pearl(name: str, interval: int | None, src: Path | None = None) -> ServerProcess:
         port = free_port()
-        argv = [py, "-m", "pearl_sglang.router", "--host", "127.0.0.1", "--port", str(port),
+        # -P: the checkout on PYTHONPATH, not the current directory, provides the router.
+        argv = [py, "-P", "-m", "pearl_sglang.router", "--host", "127.0.0.1", "--port", str(port),
                 "--log-level", "WARNING", "--worker-urls", *urls]
         if interval is not None:
             argv += ["--internal-stream-interval", str(interval)]
@@ -428,7 +442,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="skip PEARL with --internal-stream-interval 1 (streaming only)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "router_overhead.json")
     ap.add_argument("--keep-logs", action="store_true", help="keep the server logs (path printed)")
+    router_agentic.add_cli_args(ap)
     args = ap.parse_args(argv)
+    router_agentic.finish_args(args)
     q = args.quick
     args.requests = args.requests or (400 if q else 1500)
     args.repeats = args.repeats or (2 if q else 3)
@@ -453,8 +469,13 @@ def main(argv: list[str] | None = None) -> int:
         targets = start_stack(args, log_dir, servers)
         print(f"measuring: targets {[t.name for t in targets]}, repeats {args.repeats}", flush=True)
         rows, memory = asyncio.run(measure(targets, args))
-        summary = summarize_runs(rows, targets)
-        md = markdown(summary, targets, args)
+        tiny_rows = [r for r in rows if "workload" not in r]
+        summary = summarize_runs(tiny_rows, targets) if tiny_rows else {"cells": {}, "ratios": {}}
+        md = markdown(summary, targets, args) if tiny_rows else ""
+        if args.agentic:
+            names = [t.name for t in targets if t.name != "pearl-interval1"]
+            summary["agentic"] = router_agentic.summarize([r for r in rows if "workload" in r], names)
+            md += "\n" + router_agentic.markdown(summary["agentic"], names, args)
         md += "\nRouter resident memory (MB) after warm-up -> at end: " + ", ".join(
             f"{name} {m.get('rss_mb_after_warmup') or 0:.0f} -> {m.get('rss_mb_at_end') or 0:.0f}"
             for name, m in memory.items()) + "\n"

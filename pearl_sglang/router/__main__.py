@@ -77,8 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     raise_descriptor_limit()
     app = build_app(config, StateStore(table), cluster, state_file=state_file)
-    asyncio.run(_serve(app, config.host, config.port))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve(app, config.host, config.port))
     return 0
+
+
+def _loop_factory():
+    """uvloop (a dependency of SGLang) where it is installed: the router's work per
+    request is mostly socket I/O and callbacks, which it runs in C."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 async def _serve(app: web.Application, host: str, port: int) -> None:

@@ -109,7 +109,7 @@ class Dispatcher:
         interval = client_stream_interval or self.config.internal_stream_interval
         stitcher = Stitcher(item.rid, list(item.input_ids) if item.input_ids is not None else None)
         entry = self.inflight.open(item.rid)
-        key = prefix_key(item.input_ids, item.text)
+        key = prefix_key(item.input_ids, item.text, ids_text=item.ids_text)
         context = context_tokens(item.input_ids, item.text)
         # This trajectory's next turn is here: it is running work now, no longer owed.
         self.loads.turn_started(trajectory, key)

@@ -36,6 +36,9 @@ class GenerateItem:
     input_ids: tuple[int, ...] | None
     sampling: Mapping[str, Any]
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # ``input_ids`` as canonical JSON text (b"1,2,3") when the body gave it that way:
+    # prefix hashing reads it instead of encoding the ids again.
+    ids_text: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def max_new_tokens(self) -> int:
@@ -65,10 +68,12 @@ def _int_field(params: Mapping[str, Any], key: str, lo: int, hi: int | None, whe
                          f"got {value}", kind=kind)
 
 
-def _prompts(body: Mapping[str, Any]) -> tuple[list[str] | None, list[list[int]] | None, bool]:
+def _prompts(body: Mapping[str, Any], ids_checked: bool) -> tuple[list[str] | None, list[list[int]] | None, bool]:
     text, ids = body.get("text"), body.get("input_ids")
     if (text is None) == (ids is None):
         raise BadRequest("give exactly one of 'text' or 'input_ids'")
+    if ids_checked:  # one flat row, validated from its text (ids_body)
+        return None, [ids], False
     if text is not None:
         if isinstance(text, str):
             return [text], None, False
@@ -120,7 +125,9 @@ def _rids(raw: Any, count: int, expanded: bool, limits: Limits) -> list[str]:
     raise BadRequest("'rid' must be a string or a list of strings, one per item")
 
 
-def parse_generate(body: Any, limits: Limits) -> GenerateCall:
+def parse_generate(body: Any, limits: Limits, ids_text: bytes | None = None) -> GenerateCall:
+    """``ids_text``: the canonical text of ``body["input_ids"]``, given when
+    ``ids_body`` already validated that row."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     for key in _UNSUPPORTED:
@@ -129,7 +136,7 @@ def parse_generate(body: Any, limits: Limits) -> GenerateCall:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean")
-    texts, id_rows, is_batch = _prompts(body)
+    texts, id_rows, is_batch = _prompts(body, ids_text is not None)
     prompts: list[tuple[str | None, tuple[int, ...] | None]] = (
         [(t, None) for t in texts] if texts is not None else [(None, tuple(r)) for r in id_rows])
     sampling = _sampling_list(body, len(prompts), limits)
@@ -151,6 +158,7 @@ def parse_generate(body: Any, limits: Limits) -> GenerateCall:
     is_batch = is_batch or len(expanded) > 1
     rids = _rids(body.get("rid"), len(expanded), is_batch, limits)
     items = tuple(
-        GenerateItem(index=k, rid=rid, text=prompt[0], input_ids=prompt[1], sampling=params, extra=extra)
+        GenerateItem(index=k, rid=rid, text=prompt[0], input_ids=prompt[1], sampling=params, extra=extra,
+                     ids_text=ids_text)
         for k, (rid, (_, prompt, params, extra)) in enumerate(zip(rids, expanded)))
     return GenerateCall(items=items, is_batch=is_batch, stream=stream)

@@ -32,7 +32,7 @@ from pearl_sglang.router.errors import (
 from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
-from pearl_sglang.router.middleware import read_json
+from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
@@ -73,7 +73,8 @@ class _StreamSlot:
 async def generate(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
     started = time.monotonic()
-    call = parse_generate(await read_json(request), st.config.limits)
+    body, ids_text = await read_generate_json(request)
+    call = parse_generate(body, st.config.limits, ids_text)
     busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
     if busy:
         raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")

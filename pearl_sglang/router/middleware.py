@@ -88,26 +88,51 @@ def auth_middleware(*, admin_token: str | None, api_key: str | None,
 async def read_json(request: web.Request) -> object:
     """The body as JSON, refused with a 400 when it is not JSON or nests deeper than
     ``max_json_depth``: a deep body must never reach code that recurses over it."""
+    return _decode(request, await _read_raw(request))
+
+
+async def read_generate_json(request: web.Request) -> tuple[object, bytes | None]:
+    """Like ``read_json``; for a body with one flat ``input_ids`` array (a rollout turn)
+    also that array's canonical text, and then its ids are already validated (see
+    ``ids_body``)."""
+    from pearl_sglang.router.ids_body import parse_ids_body
+    from pearl_sglang.router.state import ROUTER
+
+    raw = await _read_raw(request)
+    limit = request.app[ROUTER].config.limits.max_json_depth
+    fast = parse_ids_body(raw, too_deep=lambda body: json_depth_exceeds(body, limit))
+    if fast is not None:
+        return fast.body, fast.ids_text
+    return _decode(request, raw), None
+
+
+async def _read_raw(request: web.Request) -> bytes:
     from pearl_sglang.router.errors import BadRequest, RequestTimeout
     from pearl_sglang.router.state import ROUTER
 
     ctype = request.headers.get("Content-Type", "application/json")
     if "json" not in ctype:
         raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
-    st = request.app[ROUTER]
-    timeout_s = st.config.connections.body_timeout_s
+    timeout_s = request.app[ROUTER].config.connections.body_timeout_s
     try:
         raw = await asyncio.wait_for(request.read(), timeout_s)
     except asyncio.TimeoutError:
         raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
+    return raw
+
+
+def _decode(request: web.Request, raw: bytes) -> object:
+    from pearl_sglang.router.errors import BadRequest
+    from pearl_sglang.router.state import ROUTER
+
     try:
         body = fastjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         kind = "limit_max_json_depth" if "depth" in str(e) else "invalid_json"
         raise BadRequest(f"malformed JSON: {e}", kind=kind) from e
-    limit = st.config.limits.max_json_depth
+    limit = request.app[ROUTER].config.limits.max_json_depth
     if json_depth_exceeds(body, limit):
         raise BadRequest(f"the JSON body nests deeper than max_json_depth={limit}", kind="limit_max_json_depth")
     return body

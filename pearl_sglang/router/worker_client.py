@@ -65,27 +65,36 @@ async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str
     """Yield the worker's cumulative chunks; the last one carries ``finish_reason``."""
     worker = _id(slot)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    done = False
     try:
         async with session.post(url + "/generate", data=fastjson.dumps({**body, "stream": True}),
                                 headers=fastjson.JSON_HEADERS, timeout=timeout,
                                 read_bufsize=_READ_BUFSIZE) as resp:
             await _raise_for_status(resp, worker)
             async for raw in resp.content:
+                if done:
+                    continue  # read to the end: a finished response hands its connection back
                 line = raw.strip()
                 if not line.startswith(b"data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
-                    return
+                    done = True
+                    continue
                 event = fastjson.loads(payload)
                 if "error" in event:
                     raise _error_event(worker, event)
                 yield event
     except asyncio.TimeoutError as e:
+        if done:
+            return
         raise WorkerStalled(worker, f"no chunk for {timeouts.chunk_s:.0f}s (stall bound)") from e
     except (aiohttp.ClientError, ConnectionError, ValueError) as e:
+        if done:
+            return
         raise WorkerUnavailable(worker, f"stream broke: {e!r}") from e
-    raise WorkerUnavailable(worker, "stream ended without [DONE]")
+    if not done:
+        raise WorkerUnavailable(worker, "stream ended without [DONE]")
 
 
 async def post_json(session: aiohttp.ClientSession, *, slot: int, url: str, path: str,

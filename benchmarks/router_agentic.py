@@ -1,0 +1,276 @@
+"""Agentic request sizes for ``router_overhead.py``: long ``input_ids`` prompts and
+multi-turn trajectories, PEARL's router against sglang-router over the same workers.
+
+Workloads (each non-streaming and streaming):
+
+  4k, 32k     single requests with 4,096- / 32,768-token ``input_ids`` prompts (16 distinct
+              prompts, cycled; the workers' prefix cache holds them after the first round);
+  multiturn   trajectories of TURNS turns whose prompts extend the previous turn's (a
+              1,024-token start, +512 tokens a turn, up to ~4.6K), sent one turn after the
+              other with ``X-Pearl-Trajectory-Id``: PEARL's prefix affinity keys every turn
+              (sglang-router runs ``round_robin``, so it does no affinity work at all).
+
+Phases: ``lat_1`` (one client, nothing queues: the added p50 is the router's own cost per
+request) and ``tp`` (closed loop at ``--agentic-concurrency`` clients for a fixed time:
+requests per second). Cells run interleaved, target order rotated per repeat; reported
+numbers are medians over repeats, and the ratio PEARL / sglang-router is taken per repeat
+(the two ran back to back) before the median. Every reply is checked like the tiny
+prompts' (16 output ids, identical across targets, streams end with ``[DONE]``).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
+SIZES = {"4k": 4096, "32k": 32768}
+DISTINCT = 16          # distinct single prompts, cycled
+TURNS = 8
+FIRST_TURN = 1024
+TURN_GROWTH = 512
+MODES = ("nonstream", "stream")
+
+# The emulator's tiny profile with room for 32K-token contexts: the same per-token costs,
+# larger limits, and 64-token cache pages (the workers' own Python work per prompt stays
+# small next to the routers', which is what is measured).
+AGENTIC_PROFILE_OVERRIDES = {
+    "name": "tiny-agentic", "context_length": 65536, "max_total_tokens": 1 << 22,
+    "chunked_prefill_size": 65536, "max_prefill_tokens": 1 << 20, "cache_page_tokens": 64,
+}
+
+
+def cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process, all its threads (``/proc/<pid>/stat``)."""
+    if pid is None:
+        return None
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``sequences``: request bodies sent one after another by one client task (a
+    trajectory's turns, or a single request)."""
+
+    name: str
+    mode: str
+    sequences: tuple[tuple[bytes, ...], ...]
+    trajectory: bool
+
+
+def _body(ids: list[int], stream: bool, max_new: int) -> bytes:
+    return json.dumps({"input_ids": ids, "stream": stream,
+                       "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}},
+                      separators=(",", ":")).encode()
+
+
+def build_workloads(names: list[str], *, seed: int, max_new: int) -> list[Workload]:
+    rng = random.Random(seed + 1)
+    out = []
+    for name in names:
+        if name in SIZES:
+            prompts = [[[rng.randrange(3, 1000) for _ in range(SIZES[name])]] for _ in range(DISTINCT)]
+        elif name == "multiturn":
+            prompts = []
+            for _ in range(DISTINCT):
+                ids = [rng.randrange(3, 1000) for _ in range(FIRST_TURN + TURN_GROWTH * (TURNS - 1))]
+                prompts.append([ids[:FIRST_TURN + TURN_GROWTH * t] for t in range(TURNS)])
+        else:
+            raise ValueError(f"unknown agentic workload {name!r}; known: {[*SIZES, 'multiturn']}")
+        for mode in MODES:  # the same prompts in both modes: their replies must match
+            seqs = tuple(tuple(_body(p, mode == "stream", max_new) for p in seq) for seq in prompts)
+            out.append(Workload(name, mode, seqs, trajectory=name == "multiturn"))
+    return out
+
+
+async def _send(session: aiohttp.ClientSession, url: str, body: bytes, stream: bool,
+                headers: dict[str, str]) -> tuple[float, dict | None]:
+    t0 = time.perf_counter()
+    async with session.post(url + "/generate", data=body, headers=headers) as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+        if not stream:
+            final = json.loads(await resp.read())
+        else:
+            final, last = None, b""
+            async for line in resp.content:
+                if not line.startswith(b"data:"):
+                    continue
+                last = line[5:].strip()
+                if last == b"[DONE]":
+                    break
+                final = last
+            if last != b"[DONE]":
+                raise RuntimeError(f"{url}: stream ended without [DONE]")
+            final = json.loads(final) if final else None
+    return time.perf_counter() - t0, final
+
+
+_cell_ids = itertools.count()
+
+
+async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Workload, concurrency: int, *,
+                      max_requests: int, max_s: float, expect: dict, max_new: int,
+                      pid: int | None = None) -> dict[str, Any]:
+    """C tasks each take the next sequence and send its bodies one after another."""
+    rr = itertools.cycle(urls)
+    seq_counter = itertools.count()
+    sent = itertools.count()
+    lats: list[float] = []
+    cell = next(_cell_ids)
+    stream = w.mode == "stream"
+    deadline = time.perf_counter() + max_s
+
+    async def client() -> None:
+        while time.perf_counter() < deadline:
+            s = next(seq_counter)
+            seq = w.sequences[s % len(w.sequences)]
+            headers = {"Content-Type": "application/json"}
+            if w.trajectory:  # a fresh trajectory id per run of a trajectory
+                headers[TRAJECTORY_HEADER] = f"{w.name}-{cell}-{s}"
+            url = next(rr)
+            for turn, body in enumerate(seq):
+                if next(sent) >= max_requests or time.perf_counter() >= deadline:
+                    return
+                lat, final = await _send(session, url, body, stream, headers)
+                lats.append(lat)
+                ids = (final or {}).get("output_ids")
+                if not isinstance(ids, list) or len(ids) != max_new:
+                    raise RuntimeError(f"{w.name}: expected {max_new} output ids, got {final!r:.300}")
+                key = (w.name, s % len(w.sequences), turn)
+                if expect.setdefault(key, ids) != ids:
+                    raise RuntimeError(f"{w.name} {key}: output ids differ between targets: {expect[key]} vs {ids}")
+
+    t0, cpu0 = time.perf_counter(), cpu_s(pid)
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed, cpu1 = time.perf_counter() - t0, cpu_s(pid)
+    if not lats:
+        raise RuntimeError(f"{w.name}: no request completed")
+    s = sorted(lats)
+    out = {"n": len(lats), "elapsed_s": elapsed, "rps": len(lats) / elapsed,
+           "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+    if cpu0 is not None and cpu1 is not None:  # the router's own CPU per request: load-independent
+        out["router_cpu_ms_per_req"] = (cpu1 - cpu0) * 1e3 / len(lats)
+    return out
+
+
+async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``targets``: router_overhead's Target objects (name, urls)."""
+    workloads = build_workloads(args.agentic, seed=args.seed, max_new=args.max_new_tokens)
+    expect: dict = {}
+    rows: list[dict[str, Any]] = []
+    phases = [("lat_1", 1, args.agentic_c1_requests, args.agentic_c1_s),
+              ("tp", args.agentic_concurrency, 10 ** 9, args.agentic_tp_s)]
+    for w in workloads:  # warm: every target, every prompt once
+        for t in targets:
+            await closed_loop(session, t.urls, w, args.agentic_concurrency,
+                              max_requests=sum(map(len, w.sequences)), max_s=30, expect=expect,
+                              max_new=args.max_new_tokens)
+    for rep in range(args.repeats):
+        for w in workloads:
+            for phase, conc, max_req, max_s in phases:
+                k = rep % len(targets)
+                for t in targets[k:] + targets[:k]:
+                    r = await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
+                                          expect=expect, max_new=args.max_new_tokens, pid=t.pid)
+                    r.update(repeat=rep, workload=w.name, mode=w.mode, phase=phase, concurrency=conc,
+                             target=t.name)
+                    rows.append(r)
+                    print(f"  rep {rep} {w.name:9} {w.mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
+                          f"rps={r['rps']:7.1f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms "
+                          f"cpu/req={r.get('router_cpu_ms_per_req', 0):6.2f}ms", flush=True)
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Per (workload, mode): each target's median rps and p50@1; PEARL's added p50@1 over
+    direct and its rps / p50 ratios over each other target, paired per repeat."""
+    out: dict[str, Any] = {}
+    keys = sorted({(r["workload"], r["mode"]) for r in rows}, key=lambda k: (k[0], MODES.index(k[1])))
+
+    def get(wl: str, mode: str, phase: str, target: str, rep: int) -> dict | None:
+        for r in rows:
+            if (r["workload"], r["mode"], r["phase"], r["target"], r["repeat"]) == (wl, mode, phase, target, rep):
+                return r
+        return None
+    reps = sorted({r["repeat"] for r in rows})
+    for wl, mode in keys:
+        cell: dict[str, Any] = {}
+        for name in names:
+            tp = [r["rps"] for rep in reps if (r := get(wl, mode, "tp", name, rep))]
+            p50 = [r["p50_ms"] for rep in reps if (r := get(wl, mode, "lat_1", name, rep))]
+            if not tp:
+                continue
+            c: dict[str, Any] = {"rps": statistics.median(tp), "p50_1_ms": statistics.median(p50)}
+            cpu = [r["router_cpu_ms_per_req"] for rep in reps
+                   if (r := get(wl, mode, "tp", name, rep)) and "router_cpu_ms_per_req" in r]
+            if cpu:
+                c["cpu_ms_per_req"] = statistics.median(cpu)
+            if name != "direct":
+                added = [a["p50_ms"] - d["p50_ms"] for rep in reps
+                         if (a := get(wl, mode, "lat_1", name, rep)) and (d := get(wl, mode, "lat_1", "direct", rep))]
+                if added:
+                    c["added_p50_1_ms"] = statistics.median(added)
+            cell[name] = c
+        for other in names:
+            if other in ("pearl", "direct"):
+                continue
+            ratios = [p["rps"] / o["rps"] for rep in reps
+                      if (p := get(wl, mode, "tp", "pearl", rep)) and (o := get(wl, mode, "tp", other, rep))]
+            if ratios:
+                cell.setdefault("pearl", {})[f"rps_over_{other}"] = statistics.median(ratios)
+        out[f"{wl}/{mode}"] = cell
+    return out
+
+
+def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace) -> str:
+    def f(x: float | None, spec: str = ".2f") -> str:
+        return "-" if x is None else format(x, spec)
+    others = [n for n in names if n not in ("pearl", "direct")]
+    lines = [f"Agentic sizes: throughput at C={args.agentic_concurrency}, added p50 at C=1 (router p50 - "
+             f"direct p50), repeats={args.repeats} (medians; ratios paired per repeat); CPU ms/req: the "
+             f"router process's user+system CPU per request in the throughput cell (all threads)", "",
+             "| workload | mode | " + " | ".join(f"{n} rps" for n in names) + " | "
+             + " | ".join(f"PEARL / {o} rps" for o in others) + " | "
+             + " | ".join(f"{n} added p50@1 ms" for n in names if n != "direct") + " | "
+             + " | ".join(f"{n} CPU ms/req" for n in names if n != "direct") + " |",
+             "|" + "---|" * (2 + len(names) + len(others) + 2 * (len(names) - ("direct" in names)))]
+    for key, cell in summary.items():
+        wl, mode = key.split("/")
+        row = [wl, mode] + [f(cell.get(n, {}).get("rps"), ".0f") for n in names]
+        row += [f(cell.get("pearl", {}).get(f"rps_over_{o}")) for o in others]
+        row += [f(cell.get(n, {}).get("added_p50_1_ms"), "+.2f") for n in names if n != "direct"]
+        row += [f(cell.get(n, {}).get("cpu_ms_per_req"), ".2f") for n in names if n != "direct"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--agentic", nargs="*", default=None, metavar="WORKLOAD",
+                    help="also measure agentic sizes: any of 4k 32k multiturn (no names: all three)")
+    ap.add_argument("--agentic-only", action="store_true", help="skip the tiny-prompt grid")
+    ap.add_argument("--agentic-concurrency", type=int, default=64, help="closed-loop clients for rps")
+    ap.add_argument("--agentic-tp-s", type=float, default=None, help="per throughput cell (default 4, quick 2)")
+
+
+def finish_args(args: argparse.Namespace) -> None:
+    if args.agentic_only and args.agentic is None:
+        args.agentic = []
+    if args.agentic is not None and not args.agentic:
+        args.agentic = [*SIZES, "multiturn"]
+    args.agentic_tp_s = args.agentic_tp_s or (2.0 if args.quick else 4.0)
+    args.agentic_c1_requests = 60 if args.quick else 200
+    args.agentic_c1_s = 1.5 if args.quick else 3.0

@@ -1,0 +1,104 @@
+"""A ``/generate`` body whose ``input_ids`` is one flat array, parsed without a Python
+loop per token.
+
+Agentic rollouts send whole multi-turn contexts (tens of thousands of ids) on every turn.
+Decoding them into Python ints and then checking each one's type and sign costs more
+than all the rest of a request. Here the array is cut out of the raw bytes first: when
+its text holds only digits, commas and whitespace, every element is a non-negative JSON
+integer by construction (no bools, floats, strings or nesting), so one C-level
+``translate`` replaces the per-element checks; orjson then decodes the array alone and
+the rest of the body, now small. Whatever does not fit this shape (batches, text
+prompts, a second ``input_ids`` anywhere, odd formatting) returns None and takes the
+general path, which gives the same answers and errors as before.
+
+The array's digits, without whitespace, are also the canonical text that prefix
+hashing (``selection.ids_text``) works on, so the router never re-encodes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from pearl_sglang import fastjson
+
+_KEY = b'"input_ids"'
+_COMMA = ord(",")
+_WHITESPACE = b" \t\r\n"
+_ARRAY_CHARS = b"0123456789," + _WHITESPACE
+# Stands in for the array while the rest of the body is decoded: a string no client
+# can send as a flat int array, and that proves the cut-out array was the top-level key.
+_SENTINEL = "\x00pearl-input-ids"
+_SENTINEL_JSON = b'"\\u0000pearl-input-ids"'
+
+
+_MAX_DIGITS = 19  # every integer this long fits in 64 bits; orjson makes longer ones floats
+
+
+def _longest_number(text: bytes) -> int:
+    """The most characters between two commas (numpy over the bytes, no Python loop)."""
+    commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
+    if not len(commas):
+        return len(text)
+    return int(max(commas[0], len(text) - 1 - commas[-1], (np.diff(commas).max() - 1) if len(commas) > 1 else 0))
+
+
+@dataclass(frozen=True)
+class IdsBody:
+    """``body["input_ids"]`` is the decoded, already validated row; ``ids_text`` its
+    canonical JSON text without brackets (``b"1,2,3"``)."""
+
+    body: dict[str, Any]
+    ids_text: bytes
+
+
+def split_ids(raw: bytes) -> tuple[bytes, list[int], bytes] | None:
+    """(the body with the array replaced by a sentinel, the ids, their canonical text),
+    or None when ``raw`` is not a body with one flat array of non-negative integers."""
+    at = raw.find(_KEY)
+    if at < 0 or raw.find(_KEY, at + len(_KEY)) >= 0:
+        return None
+    i = at + len(_KEY)
+    n = len(raw)
+    while i < n and raw[i] in _WHITESPACE:
+        i += 1
+    if i >= n or raw[i] != 0x3A:  # ':'
+        return None
+    i += 1
+    while i < n and raw[i] in _WHITESPACE:
+        i += 1
+    if i >= n or raw[i] != 0x5B:  # '['
+        return None
+    end = raw.find(b"]", i)
+    if end < 0:
+        return None
+    inner = raw[i + 1:end]
+    if inner.translate(None, _ARRAY_CHARS) or not inner.strip():
+        return None
+    text = inner.translate(None, _WHITESPACE) if inner.translate(None, b"0123456789,") else inner
+    if _longest_number(text) > _MAX_DIGITS:
+        return None  # orjson would decode it as a float
+    try:
+        ids = fastjson.loads(b"[" + inner + b"]")  # refuses ",,", leading zeros, trailing commas
+    except ValueError:
+        return None
+    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], ids, text
+
+
+def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> IdsBody | None:
+    """The decoded body, or None (take the general path). ``too_deep`` runs on the body
+    before the ids go back in (they are flat): None if it says so, and the general path
+    refuses the body."""
+    split = split_ids(raw)
+    if split is None:
+        return None
+    rest, ids, text = split
+    try:
+        body = fastjson.loads(rest)
+    except ValueError:
+        return None  # the general path decodes the original and names the error
+    if not isinstance(body, dict) or body.get("input_ids") != _SENTINEL or too_deep(body):
+        return None
+    body["input_ids"] = ids
+    return IdsBody(body=body, ids_text=text)

@@ -1,0 +1,47 @@
+"""The router's streams from a worker hand their connection back when they end, so a
+busy router does not open (and a worker accept) a TCP connection per request."""
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from pearl_sglang.router.worker_client import Timeouts, stream_generate
+
+
+async def _sse_worker() -> tuple[web.AppRunner, str, set]:
+    peers: set = set()
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        peers.add(request.transport.get_extra_info("peername"))
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for n in (1, 2):
+            await resp.write(b'data: {"output_ids": %s, "meta_info": {}}\n\n' % str(list(range(n))).encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(0.05)  # the end of the body comes a moment after [DONE], as in SGLang
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}", peers
+
+
+async def test_finished_streams_reuse_one_connection():
+    runner, url, peers = await _sse_worker()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(5):
+                chunks = [c async for c in stream_generate(session, slot=0, url=url, body={"input_ids": [1]},
+                                                           timeouts=Timeouts())]
+                assert [c["output_ids"] for c in chunks] == [[0], [0, 1]]
+    finally:
+        await runner.cleanup()
+    assert len(peers) == 1, f"{len(peers)} connections for 5 sequential streams"
