@@ -100,6 +100,8 @@ class ReplayConfig:
     dedicated_gpus: Optional[int] = None       # reserved rollout GPUs (even)
     follow_trace: Optional[bool] = None        # False: no preemptible GPUs
     pd_mode: Optional[str] = None              # auto, colocated, disaggregated or "P:D"
+    router: dict[str, Any] = field(default_factory=dict)  # RouterConfig fields (e.g. straggler_priority)
+    engine_args: tuple[str, ...] = ()          # extra worker flags (e.g. --enable-priority-scheduling)
 
     def sweworkload(self) -> SweWorkload:
         """The preset's workload with this run's batch, seed and overrides."""
@@ -161,6 +163,8 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
         "deadlines": {"train_begin_s": 60, "leave_s": 30, "drain_s": 15},
         "time_scale": 1.0,
     }
+    if config.engine_args:
+        data["engine"]["extra_args"] = list(config.engine_args)
     for key, value in config.cluster_overrides.items():
         data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
     return data
@@ -311,7 +315,8 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
                                      security=Security(admin_token=TOKEN), health_interval_s=10.0,
                                      load_poll_interval_s=0,  # the router is the workers' only client
-                                     dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
+                                     dispatch=DispatchConfig(internal_stream_interval=config.stream_interval),
+                                     **config.router)
         app = build_app(router_config, store, cluster, launcher_factory=factory,
                         transport_factory=_transport_factory(config, launchers))
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
