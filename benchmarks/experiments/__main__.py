@@ -1,4 +1,4 @@
-"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|reconfig} [--quick] [--preset NAME]``"""
+"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|stragglers|reconfig} [--quick] [--preset NAME]``"""
 from __future__ import annotations
 
 import importlib
@@ -14,9 +14,10 @@ EXPERIMENTS = {
     "elastic": "benchmarks.experiments.elastic",
     "ablation": "benchmarks.experiments.ablation",
     "sensitivity": "benchmarks.experiments.sensitivity",
+    "stragglers": "benchmarks.experiments.stragglers",
     "reconfig": "benchmarks.reconfiguration_cost",
 }
-REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
+REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity", "stragglers")  # built on runner.run_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

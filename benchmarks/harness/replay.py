@@ -240,12 +240,26 @@ class Recorder:
             # Predicted vs observed duration of the control plane's last closed step (train_begin
             # to train_begin) for the configuration that ran; None when none closed since.
             "prediction": new_prediction(control.get("step_predictions") or [], self._predicted_steps),
+            # Per trajectory of the batch: [id, turns, seconds in requests, seconds in the environment].
+            "trajectories": trajectory_times(r),
         }
         self.steps.append(row)
         if self.verbose:
             print(f"[{row['end_s'] / 60:6.1f} min] step {r.step:3d} {r.duration_s:7.1f} s "
                   f"{r.throughput:8.0f} tok/s errors {r.errors:3d} {row['topology']:26s} "
                   f"borrowing {'yes' if row['borrowing'] else 'no'}", file=sys.stderr, flush=True)
+
+
+def trajectory_times(r: StepResult) -> list[list[Any]]:
+    """What each trajectory of a step spent in requests (queueing, prefill, decode) and in
+    its environment, from the driver's per-turn telemetry: where a step's tail comes from."""
+    per: dict[str, list[Any]] = {}
+    for t in r.telemetry:
+        row = per.setdefault(t.trajectory_id, [t.trajectory_id, 0, 0.0, 0.0])
+        row[1] += 1
+        row[2] += t.request_s
+        row[3] += t.env_time_s
+    return [[tid, n, round(req, 3), round(env, 3)] for tid, n, req, env in per.values()]
 
 
 def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
