@@ -1,4 +1,4 @@
-"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|decision-quality|reconfig} [--quick] [--preset NAME]``"""
+"""``python -m benchmarks.experiments {all|scaling|elastic|pd-sweep|ratio|ablation|sensitivity|stragglers|decision-quality|reconfig} [--quick] [--preset NAME]``"""
 from __future__ import annotations
 
 import importlib
@@ -14,9 +14,10 @@ EXPERIMENTS = {
     "elastic": "benchmarks.experiments.elastic",
     "ablation": "benchmarks.experiments.ablation",
     "sensitivity": "benchmarks.experiments.sensitivity",
+    "stragglers": "benchmarks.experiments.stragglers",
     "reconfig": "benchmarks.reconfiguration_cost",
 }
-REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity")  # built on runner.run_jobs
+REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity", "stragglers")  # built on runner.run_jobs
 # Run by name only, not by ``all``: one replay per candidate configuration per point.
 SEPARATE = {"decision-quality": "benchmarks.experiments.decision_quality"}  # built on runner.run_jobs
 

@@ -40,9 +40,10 @@ class Job:
     config: ReplayConfig
 
 
-# Fields that change how a replay is computed, not its results (tested): left out of the
-# cache key at their defaults, so runs cached before they existed stay valid.
-_RESULT_NEUTRAL = {"engine_stepping": "stretch"}
+# Fields left out of the cache key at their defaults, so runs cached before they existed
+# stay valid: ones that change how a replay is computed, not its results (tested), and
+# options added later whose default is what every earlier run did.
+_RESULT_NEUTRAL = {"engine_stepping": "stretch", "router": {}, "engine_args": ()}
 
 
 def _key(config: ReplayConfig) -> str:

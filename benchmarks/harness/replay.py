@@ -100,6 +100,8 @@ class ReplayConfig:
     dedicated_gpus: Optional[int] = None       # reserved rollout GPUs (even)
     follow_trace: Optional[bool] = None        # False: no preemptible GPUs
     pd_mode: Optional[str] = None              # auto, colocated, disaggregated or "P:D"
+    router: dict[str, Any] = field(default_factory=dict)  # RouterConfig fields (e.g. straggler_priority)
+    engine_args: tuple[str, ...] = ()          # extra worker flags (e.g. --enable-priority-scheduling)
 
     def sweworkload(self) -> SweWorkload:
         """The preset's workload with this run's batch, seed and overrides."""
@@ -161,6 +163,8 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
         "deadlines": {"train_begin_s": 60, "leave_s": 30, "drain_s": 15},
         "time_scale": 1.0,
     }
+    if config.engine_args:
+        data["engine"]["extra_args"] = list(config.engine_args)
     for key, value in config.cluster_overrides.items():
         data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
     return data
@@ -237,6 +241,8 @@ class Recorder:
             # when the batch was complete) for the configuration that ran, by each makespan
             # model, with the measured rollout time they predict; None when none closed since.
             "prediction": new_prediction(control.get("step_predictions") or [], self._predicted_steps),
+            # Per trajectory of the batch: [id, turns, seconds in requests, seconds in the environment].
+            "trajectories": trajectory_times(r),
         }
         if row["prediction"] is not None:
             row["prediction"]["rollout_s"] = row["rollout_s"]
@@ -245,6 +251,18 @@ class Recorder:
             print(f"[{row['end_s'] / 60:6.1f} min] step {r.step:3d} {r.duration_s:7.1f} s "
                   f"{r.throughput:8.0f} tok/s errors {r.errors:3d} {row['topology']:26s} "
                   f"borrowing {'yes' if row['borrowing'] else 'no'}", file=sys.stderr, flush=True)
+
+
+def trajectory_times(r: StepResult) -> list[list[Any]]:
+    """What each trajectory of a step spent in requests (queueing, prefill, decode) and in
+    its environment, from the driver's per-turn telemetry: where a step's tail comes from."""
+    per: dict[str, list[Any]] = {}
+    for t in r.telemetry:
+        row = per.setdefault(t.trajectory_id, [t.trajectory_id, 0, 0.0, 0.0])
+        row[1] += 1
+        row[2] += t.request_s
+        row[3] += t.env_time_s
+    return [[tid, n, round(req, 3), round(env, 3)] for tid, n, req, env in per.values()]
 
 
 def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -316,7 +334,8 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",
                                      security=Security(admin_token=TOKEN), health_interval_s=10.0,
                                      load_poll_interval_s=0,  # the router is the workers' only client
-                                     dispatch=DispatchConfig(internal_stream_interval=config.stream_interval))
+                                     dispatch=DispatchConfig(internal_stream_interval=config.stream_interval),
+                                     **config.router)
         app = build_app(router_config, store, cluster, launcher_factory=factory,
                         transport_factory=_transport_factory(config, launchers))
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

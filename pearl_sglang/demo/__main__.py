@@ -51,7 +51,8 @@ async def run(config: DemoConfig) -> int:
                 workload=load_preset(config.preset).sweworkload(batch_size=config.batch_size,
                                                                 group_size=config.group_size, seed=config.seed),
                 trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s),
-                config=DriverConfig(request_timeout_s=600.0), time=clock,
+                config=DriverConfig(request_timeout_s=600.0, carry_over_share=config.carry_over_share or None),
+                time=clock,
                 hooks=admin_hooks(client, model_path=str(stack.model_dir), run_id="demo"),
                 on_step=reporter.on_step)
             reporter.start()

@@ -29,6 +29,9 @@ class DemoConfig:
     preset: str = DEFAULT_PRESET   # workload regime and worker profile (pearl_sglang/workload/presets)
     profile: str = ""              # emulated worker profile; empty: the preset's Qwen3-8B profile
     seed: int = 0
+    # Partial-rollout carry-over: end each rollout once this share of the batch finished and
+    # resume the rest first in the next step (0: off, every step waits for its whole batch).
+    carry_over_share: float = 0.0
     out: str = "runs/demo"
     port: int = 0
 
@@ -42,6 +45,8 @@ class DemoConfig:
             raise ValueError("--batch-size must be a positive multiple of --group-size")
         if self.dedicated_workers < 1:
             raise ValueError("--dedicated-workers must be >= 1")
+        if not 0 <= self.carry_over_share <= 1:
+            raise ValueError("--carry-over-share must be in [0, 1] (0: off)")
         if self.preset not in available_presets():
             raise ValueError(f"--preset must be one of {available_presets()}")
 

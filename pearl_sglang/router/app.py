@@ -24,6 +24,7 @@ from pearl_sglang.control.registration import Registrar
 from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, engine_control_routes, inference_routes, worker_api
+from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
@@ -42,6 +43,7 @@ from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.load_probe import load_probe_loop
 from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
+from pearl_sglang.router.stragglers import isolation_for, no_isolation
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
@@ -264,7 +266,12 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
             on_worker_failure=_on_failure(st), on_worker_stalled=_on_stall(st),
             on_complete=_record_completion(st, rates), loads=st.loads,
-            wait_for_workers=cluster is not None)
+            wait_for_workers=cluster is not None,
+            on_turn_start=st.telemetry.turn_began, on_turn_end=st.telemetry.turn_left,
+            isolation=(isolation_for(st.telemetry, share=config.straggler_share,
+                                     config=IsolationConfig(tail_share=config.straggler_tail_share,
+                                                           weight=config.straggler_isolation_weight))
+                       if config.straggler_isolation else no_isolation))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
                                                  timeout_s=min(20.0, config.timeouts.chunk_s)))
         load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))

@@ -85,8 +85,16 @@ class RouterConfig:
     # Send each turn of a header-named trajectory with SGLang's ``priority``: 1 for predicted
     # stragglers, 0 otherwise (workers launched with --enable-priority-scheduling serve them
     # first; a difference under SGLang's preemption threshold only reorders the queue).
-    # Off by default: not yet measured on the replays.
+    # The router's own admission order follows the same priority (a request held while a
+    # reconfiguration finishes is released stragglers first). Off by default.
     straggler_priority: bool = False
+    # Once this share of the step's trajectories looks finished (the tail), place predicted
+    # stragglers' turns on the least contended workers and keep other turns off theirs
+    # (core.straggler_isolation). Off by default.
+    straggler_isolation: bool = False
+    straggler_tail_share: float = 0.5
+    # A straggler's second of delay over another request's own (the isolation cost term).
+    straggler_isolation_weight: float = 2.0
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -97,6 +105,10 @@ class RouterConfig:
             raise ValueError("--load-poll-interval-s must be >= 0")
         if not 0 < self.straggler_share <= 1:
             raise ValueError("--straggler-share must be in (0, 1]")
+        if not 0 <= self.straggler_tail_share < 1:
+            raise ValueError("--straggler-tail-share must be in [0, 1)")
+        if not self.straggler_isolation_weight >= 0:
+            raise ValueError("--straggler-isolation-weight must be >= 0")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -165,7 +177,17 @@ class RouterConfig:
                                  "stragglers (expected to finish last)")
         parser.add_argument("--straggler-priority", action="store_true",
                             help="send predicted stragglers' turns with priority 1 (others 0) to "
-                                 "workers launched with --enable-priority-scheduling")
+                                 "workers launched with --enable-priority-scheduling, and release "
+                                 "requests the router holds in that order")
+        parser.add_argument("--straggler-isolation", action="store_true",
+                            help="in the step's tail, place predicted stragglers' turns on the least "
+                                 "contended workers and keep other turns off theirs")
+        parser.add_argument("--straggler-tail-share", type=float, default=0.5,
+                            help="share of the step's trajectories that must look finished before "
+                                 "--straggler-isolation applies")
+        parser.add_argument("--straggler-isolation-weight", type=float, default=2.0,
+                            help="what a second of a straggler's delay costs, in seconds of another "
+                                 "request's own time, when placing other turns")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -195,4 +217,6 @@ class RouterConfig:
             routing_policy=args.routing_policy, load_poll_interval_s=args.load_poll_interval_s,
             timeouts=Timeouts(chunk_s=args.stall_s if args.stall_s is not None else DEFAULT_STALL_S),
             straggler_share=args.straggler_share, straggler_priority=args.straggler_priority,
+            straggler_isolation=args.straggler_isolation, straggler_tail_share=args.straggler_tail_share,
+            straggler_isolation_weight=args.straggler_isolation_weight,
         )

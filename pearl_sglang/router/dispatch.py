@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
     ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable,
@@ -80,7 +81,10 @@ class Dispatcher:
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
                  on_worker_stalled: Callable[[int], None] = lambda slot: None,
                  on_complete: Callable[[Completed], None] = lambda c: None,
-                 loads: LoadModel | None = None, wait_for_workers: bool = True) -> None:
+                 loads: LoadModel | None = None, wait_for_workers: bool = True,
+                 on_turn_start: Callable[[str, float], None] = lambda trajectory, now: None,
+                 on_turn_end: Callable[[str, int | None, float], None] = lambda trajectory, slot, now: None,
+                 isolation: Callable[[str | None, float], Isolation | None] = lambda trajectory, now: None) -> None:
         self.transport = transport
         self.loads = loads if loads is not None else LoadModel(inflight)
         self.store = store
@@ -96,6 +100,12 @@ class Dispatcher:
         # up: refuse at once instead of holding every request for ``route_wait_s``. An
         # empty pool is still waited for: the worker API may register a worker any time.
         self.wait_for_workers = wait_for_workers
+        # A named trajectory's turns, for its critical-path estimate: sent, and ended
+        # (however they end, with the worker that generated last); and the straggler
+        # isolation placement applies to its turn (None: plain placement).
+        self.on_turn_start = on_turn_start
+        self.on_turn_end = on_turn_end
+        self.isolation = isolation
         self.migrations = 0
 
     async def run(self, item: GenerateItem, *, trajectory: str | None = None, turn: int | None = None,
@@ -103,7 +113,10 @@ class Dispatcher:
         """Yield stitched cumulative chunks; the last one carries ``finish_reason``."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await self.gate.admit()
+        # Held while a reconfiguration finishes; released in the order of the request's
+        # ``priority`` (higher first, as SGLang's default), so stragglers go first.
+        priority = item.extra.get("priority")
+        await self.gate.admit(priority if type(priority) is int else 0)
         first_chunk_at: float | None = None
         concurrency = 0
         interval = client_stream_interval or self.config.internal_stream_interval
@@ -113,6 +126,8 @@ class Dispatcher:
         context = context_tokens(item.input_ids, item.text)
         # This trajectory's next turn is here: it is running work now, no longer owed.
         self.loads.turn_started(trajectory, key)
+        if trajectory is not None:
+            self.on_turn_start(trajectory, started)
         failed: set[int] = set()
         target: Target | None = None
         finished = False
@@ -192,6 +207,8 @@ class Dispatcher:
         finally:
             self.inflight.close(item.rid)
             self.loads.prefill_done(item.rid)
+            if trajectory is not None:
+                self.on_turn_end(trajectory, target.main.slot if target is not None else None, loop.time())
             if not finished:
                 # The client went away or the request failed: free the workers' slots.
                 for url in entry.urls:
@@ -211,9 +228,11 @@ class Dispatcher:
         deadline = loop.time() + self.config.route_wait_s
         while True:
             try:
-                target = self.selector.choose(self.store.table, loads=self.loads.snapshot(loop.time()), key=key,
+                now = loop.time()
+                target = self.selector.choose(self.store.table, loads=self.loads.snapshot(now), key=key,
                                               context=context, trajectory=trajectory,
-                                              exclude=exclude | self.unavailable())
+                                              exclude=exclude | self.unavailable(),
+                                              isolation=self.isolation(trajectory, now) if remember else None)
             except NoRoute:
                 if exclude:
                     exclude.clear()

@@ -27,6 +27,7 @@ from pearl_sglang import fastjson
 from pearl_sglang.core.placement import IDLE, CostRates, Option, WorkerLoad
 from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
+from pearl_sglang.core.straggler_isolation import Isolation, choose_colocated_isolated, choose_pair_isolated
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
 from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
@@ -163,8 +164,9 @@ class Selector:
 
     def choose(self, table: StateTable, *, loads: Mapping[int, WorkerLoad], key: tuple[int, ...],
                context: int | None = None, trajectory: str | None = None,
-               exclude: Iterable[int] = ()) -> Target:
-        """``context``: the prompt's tokens (default: its full blocks)."""
+               exclude: Iterable[int] = (), isolation: Isolation | None = None) -> Target:
+        """``context``: the prompt's tokens (default: its full blocks). ``isolation``: the
+        step's tail has begun; the straggler cost term replaces the routing policy."""
         excluded = set(exclude)
         log = self.pushes()
         if log is not None:
@@ -177,12 +179,19 @@ class Selector:
         decodes = [w for w in table.active(Role.DECODE) if w.slot not in excluded and w.endpoint] if prefills else []
         if colocated and (not decodes or _least_busy(colocated, loads) <= _least_busy(decodes, loads)):
             options = self._options(colocated, loads, key)
-            i = self.routing.select_worker(options, request)
+            i = (self.routing.select_worker(options, request) if isolation is None else
+                 choose_colocated_isolated(request.rates, options, context_tokens=request.context_tokens,
+                                           isolation=isolation, holder=request.holder,
+                                           margin=getattr(self.routing, "margin", 0.0)))
             return Target(worker=colocated[i], prefill_tokens=_own_prefill(request, options[i]))
         if not prefills or not decodes:
             raise NoRoute("no active colocated worker and no complete prefill/decode pair")
         p_options = self._options(prefills, loads, key)
-        p, d = self.routing.select_pair(p_options, self._options(decodes, loads, ()), request)
+        d_options = self._options(decodes, loads, ())
+        p, d = (self.routing.select_pair(p_options, d_options, request) if isolation is None else
+                choose_pair_isolated(request.rates, p_options, d_options, context_tokens=request.context_tokens,
+                                     isolation=isolation, holder=request.holder,
+                                     margin=getattr(self.routing, "margin", 0.0)))
         return Target(prefill=prefills[p], decode=decodes[d], prefill_tokens=_own_prefill(request, p_options[p]))
 
     def _options(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],

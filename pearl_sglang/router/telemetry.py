@@ -37,6 +37,22 @@ class _Running:
     started_at: float
     turns: int = 0
     tokens: int = 0
+    in_flight: int = 0              # turns sent and not yet ended
+    last_end: float | None = None   # when its latest turn ended
+    slot: int | None = None         # the worker that generated its latest turn
+
+
+@dataclass(frozen=True)
+class TailView:
+    """The step's predicted stragglers at ``at``: their ids, how many of them each worker
+    holds (where their latest turn ran), and the share of the step's trajectories that
+    look finished (the tail begins as it grows)."""
+
+    at: float
+    share: float
+    stragglers: frozenset[str]
+    stragglers_on: dict[int, int]
+    finished_share: float
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,7 @@ class TurnObservation:
 
 
 class TelemetryCollector:
-    def __init__(self, max_trajectories: int = 1 << 16, max_pending: int = 1 << 17) -> None:
+    def __init__(self, max_trajectories: int = 1 << 16, max_pending: int = 1 << 17, idle_s: float = 30.0) -> None:
         # Bounded: a router without a control plane never drains, and must not grow.
         self._turns: deque[TurnRecord] = deque(maxlen=max_pending)
         self._decode: deque[DecodeSample] = deque(maxlen=max_pending)
@@ -69,10 +85,11 @@ class TelemetryCollector:
         # This step's trajectories (since the last drain) and the last drained step.
         self._running: OrderedDict[str, _Running] = OrderedDict()
         self.history = WorkloadHistory()
-        self._straggler_cache: tuple[float, float, frozenset[str]] | None = None  # (at, share, ids)
+        self._straggler_cache: TailView | None = None
         self._turns_seen = 0
         self._cache_turns = -1
         self.max_trajectories = max_trajectories
+        self.idle_s = idle_s
 
     def _resolve(self, obs: TurnObservation) -> tuple[str, _Last | None]:
         if obs.trajectory is not None:
@@ -109,6 +126,7 @@ class TelemetryCollector:
         self._last[tid] = _Last(tid, turn, obs.generated_tokens, obs.finished_at)
         run = self._running.setdefault(tid, _Running(started_at=obs.arrived_at))
         run.started_at = min(run.started_at, obs.arrived_at)
+        run.last_end = obs.finished_at if run.last_end is None else max(run.last_end, obs.finished_at)
         run.turns += 1
         self._turns_seen += 1
         run.tokens += obs.generated_tokens
@@ -128,27 +146,74 @@ class TelemetryCollector:
     def pending(self) -> int:
         return len(self._turns)
 
+    # ---- which of the step's trajectories are still going -------------------------------------
+    def turn_began(self, trajectory: str, now: float) -> None:
+        """A turn of ``trajectory`` was sent (the dispatcher calls this for every item that
+        names its trajectory, and ``turn_left`` once it ends, however it ends)."""
+        run = self._running.get(trajectory)
+        if run is None:
+            run = self._running[trajectory] = _Running(started_at=now)
+            while len(self._running) > self.max_trajectories:
+                self._running.popitem(last=False)
+        run.in_flight += 1
+
+    def turn_left(self, trajectory: str, slot: int | None, now: float) -> None:
+        run = self._running.get(trajectory)
+        if run is None:
+            return
+        run.in_flight = max(0, run.in_flight - 1)
+        run.last_end = now if run.last_end is None else max(run.last_end, now)
+        if slot is not None:
+            run.slot = slot
+
+    def _is_live(self, r: _Running, now: float) -> bool:
+        return r.in_flight > 0 or r.last_end is None or now - r.last_end <= self.idle_s
+
+    def live(self, now: float) -> dict[str, int | None]:
+        """This step's trajectories that are still going, with the worker of their latest
+        turn: a turn in flight, or one that ended less than ``idle_s`` ago (the agent is
+        in its environment). The router is never told that a trajectory ended; one idle
+        longer than any environment step is taken to have."""
+        return {tid: r.slot for tid, r in self._running.items() if self._is_live(r, now)}
+
+    def finished_share(self, now: float) -> float:
+        """The share of this step's trajectories that look finished (0 before any)."""
+        n = len(self._running)
+        return 0.0 if not n else 1.0 - sum(self._is_live(r, now) for r in self._running.values()) / n
+
     def progress(self, now: float) -> tuple[TrajectoryProgress, ...]:
+        """The live trajectories' progress (finished ones can no longer be stragglers)."""
         return tuple(TrajectoryProgress(trajectory_id=tid, turns_done=r.turns, tokens_so_far=r.tokens,
                                         elapsed_s=max(0.0, now - r.started_at))
-                     for tid, r in self._running.items())
+                     for tid, r in self._running.items() if self._is_live(r, now))
 
     def stragglers(self, now: float, *, share: float) -> tuple[RemainingEstimate, ...]:
         return predicted_stragglers(self.progress(now), self.history, share=share)
 
     def is_straggler(self, trajectory: str, now: float, *, share: float, max_age_s: float = 1.0,
                      min_age_s: float = 0.05) -> bool:
-        """Whether ``trajectory`` is among the predicted stragglers. The ranking is redone
-        when turns ended since it was made (at most every ``min_age_s``) or when it is
-        ``max_age_s`` old, so a step of many trajectories does not sort them per request."""
+        """Whether ``trajectory`` is among the predicted stragglers."""
+        return trajectory in self.tail(now, share=share, max_age_s=max_age_s, min_age_s=min_age_s).stragglers
+
+    def tail(self, now: float, *, share: float, max_age_s: float = 1.0, min_age_s: float = 0.05) -> "TailView":
+        """The predicted stragglers, where they last ran and how much of the step looks
+        finished. Redone when turns ended since it was made (at most every ``min_age_s``)
+        or when it is ``max_age_s`` old, so a step of many trajectories is not sorted per
+        request."""
         cached = self._straggler_cache
         changed = self._turns_seen != self._cache_turns
-        if (cached is None or cached[1] != share or now - cached[0] > max_age_s
-                or (changed and now - cached[0] > min_age_s)):
+        if (cached is None or cached.share != share or now - cached.at > max_age_s
+                or (changed and now - cached.at > min_age_s)):
             ids = frozenset(e.trajectory_id for e in self.stragglers(now, share=share))
-            cached = self._straggler_cache = (now, share, ids)
+            on: dict[int, int] = {}
+            for tid in ids:
+                slot = self._running[tid].slot
+                if slot is not None:
+                    on[slot] = on.get(slot, 0) + 1
+            cached = self._straggler_cache = TailView(at=now, share=share, stragglers=ids, stragglers_on=on,
+                                                      finished_share=self.finished_share(now))
             self._cache_turns = self._turns_seen
-        return trajectory in cached[2]
+        return cached
 
     def drain(self) -> StepTelemetry:
         step = StepTelemetry(turns=tuple(self._turns), decode=tuple(self._decode),

@@ -34,9 +34,10 @@ class Generation:
     attempts: int
     errors: tuple[str, ...]  # one line per failed attempt before the success
     request_s: float         # emulated seconds of the successful attempt
+    weight_version: str | None = None  # what the worker reported (SGLang's meta_info), if it did
 
 
-def _parse(body: Any, prompt_len: int) -> tuple[tuple[int, ...], int, int]:
+def _parse(body: Any, prompt_len: int) -> tuple[tuple[int, ...], int, int, str | None]:
     if not isinstance(body, dict) or not isinstance(body.get("output_ids"), list):
         raise GenerateRejected("answer has no output_ids list")
     ids = body["output_ids"]
@@ -45,8 +46,9 @@ def _parse(body: Any, prompt_len: int) -> tuple[tuple[int, ...], int, int]:
     meta = body.get("meta_info") if isinstance(body.get("meta_info"), dict) else {}
     prompt = meta.get("prompt_tokens")
     cached = meta.get("cached_tokens")
+    version = meta.get("weight_version")
     return (tuple(ids), prompt if isinstance(prompt, int) else prompt_len,
-            cached if isinstance(cached, int) else 0)
+            cached if isinstance(cached, int) else 0, version if isinstance(version, str) else None)
 
 
 class GenerateClient:
@@ -92,10 +94,10 @@ class GenerateClient:
         while True:
             started = self.time.now()
             try:
-                out, prompt, cached = _parse(await self._attempt(body, headers), len(body["input_ids"]))
+                out, prompt, cached, version = _parse(await self._attempt(body, headers), len(body["input_ids"]))
                 return Generation(output_ids=out, prompt_tokens=prompt, cached_tokens=cached,
                                   attempts=len(errors) + 1, errors=tuple(errors),
-                                  request_s=self.time.now() - started)
+                                  request_s=self.time.now() - started, weight_version=version)
             except GenerateError as e:
                 errors.append(str(e))
                 delay = next(delays, None) if isinstance(e, GenerateRetryable) else None

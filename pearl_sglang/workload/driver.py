@@ -10,12 +10,23 @@ trainer raises or the run is cancelled), then ``push_weights`` after a good upda
 
 Everything that takes time goes through one ``EmulatedTime`` (environment latency,
 training, back-off), and HTTP through one ``aiohttp.ClientSession``.
+
+Partial-rollout carry-over (``DriverConfig.carry_over_share``, off by default): a step's
+rollout ends once that share of its batch has finished; the rest are stopped (their
+request in flight is cancelled, which makes the router abort it on its workers) and
+resumed first in the next step, from their last completed turn, beside enough new
+trajectories to fill the batch again. Every trajectory is trained exactly once, in the
+step in which it finishes; each turn records the policy version that generated it
+(``TurnTelemetry.policy_version``), so a trainer can weight or filter the off-policy
+turns of carried trajectories. Trajectories still unfinished when the run ends are
+reported in the last step's ``carried_out`` and never trained.
 """
 from __future__ import annotations
 
 import asyncio
 import inspect
 import logging
+import math
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Awaitable, Callable, Optional, Sequence
@@ -30,7 +41,7 @@ from pearl_sglang.workload.results import StepResult, Trajectory
 from pearl_sglang.workload.swe import SweSampler, SweWorkload
 from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trainer import EmulatedTrainer, Trainer, TrainerProfile, TrainHooks
-from pearl_sglang.workload.trajectory import TrajectoryContext, run_trajectory
+from pearl_sglang.workload.trajectory import PartialTrajectory, TrajectoryContext, run_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +60,13 @@ class DriverConfig:
     trajectory_prefix: str = "traj"
     max_connections: int = 0
     headers: tuple[tuple[str, str], ...] = ()
+    # End each rollout once this share of its batch finished and carry the rest into the
+    # next step (None: every step waits for its whole batch).
+    carry_over_share: Optional[float] = None
 
     def validate(self) -> None:
+        if self.carry_over_share is not None and not 0 < self.carry_over_share <= 1:
+            raise InvalidConfig("carry_over_share must be in (0, 1] (or None: off)", key="carry_over_share")
         if self.steps is not None and self.steps < 1:
             raise InvalidConfig("steps must be >= 1 (or None: until stop())", key="steps")
         if any(d < 0 for d in self.retry_delays_s):
@@ -66,6 +82,8 @@ class _Batch:
     trajectories: tuple[Trajectory, ...]
     start: float
     end: float
+    carried_in: tuple[str, ...] = ()
+    carried_out: tuple[PartialTrajectory, ...] = ()
 
 
 class AgenticRLDriver:
@@ -84,6 +102,8 @@ class AgenticRLDriver:
         self.hooks = hooks
         self.on_step = on_step
         self._stopping = False
+        self._next_index = 0
+        self._policy_version = "initial"
 
     @property
     def workload(self) -> SweWorkload:
@@ -108,12 +128,13 @@ class AgenticRLDriver:
                                 retry_delays_s=self.config.retry_delays_s,
                                 request_timeout_s=self.config.request_timeout_s,
                                 headers=dict(self.config.headers))
-        return await self._pipeline(TrajectoryContext(self.sampler, self.environment, client))
+        return await self._pipeline(TrajectoryContext(self.sampler, self.environment, client,
+                                                      policy_version=lambda: self._policy_version))
 
     async def _pipeline(self, ctx: TrajectoryContext) -> list[StepResult]:
         results: list[StepResult] = []
         period_start = self.time.now()
-        current = asyncio.create_task(self._rollout(ctx, 0))
+        current = asyncio.create_task(self._rollout(ctx, 0, ()))
         running: Optional[asyncio.Task[_Batch]] = current
         step = 0
         try:
@@ -122,7 +143,7 @@ class AgenticRLDriver:
                 running = None
                 last = self._stopping or (self.config.steps is not None and step + 1 >= self.config.steps)
                 if not last:
-                    current = running = asyncio.create_task(self._rollout(ctx, step + 1))
+                    current = running = asyncio.create_task(self._rollout(ctx, step + 1, batch.carried_out))
                 result = await self._train(step, batch, period_start)
                 results.append(result)
                 period_start = result.end
@@ -141,15 +162,52 @@ class AgenticRLDriver:
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)
 
-    async def _rollout(self, ctx: TrajectoryContext, step: int) -> _Batch:
+    async def _rollout(self, ctx: TrajectoryContext, step: int,
+                       carried: tuple[PartialTrajectory, ...]) -> _Batch:
+        """Run the carried trajectories (first) and new ones up to a full batch; return
+        once all of them, or ``carry_over_share`` of them, have finished."""
         b = self.workload.batch_size
         start = self.time.now()
-        async with asyncio.TaskGroup() as tg:
-            tasks = [tg.create_task(run_trajectory(
-                ctx, index=step * b + i, step=step,
-                trajectory_id=f"{self.config.trajectory_prefix}-{step * b + i}"))
-                for i in range(b)]
-        return _Batch(tuple(t.result() for t in tasks), start, self.time.now())
+        latest: dict[str, PartialTrajectory] = {p.trajectory_id: p for p in carried}
+        plans: list[tuple[int, str, Optional[PartialTrajectory]]] = [
+            (p.index, p.trajectory_id, p) for p in carried]
+        for _ in range(max(0, b - len(carried))):
+            index, self._next_index = self._next_index, self._next_index + 1
+            plans.append((index, f"{self.config.trajectory_prefix}-{index}", None))
+
+        def keep(p: PartialTrajectory) -> None:
+            latest[p.trajectory_id] = p
+
+        share = self.config.carry_over_share
+        target = len(plans) if share is None else min(len(plans), math.ceil(share * b))
+        tasks = {asyncio.ensure_future(run_trajectory(ctx, index=index, step=step, trajectory_id=tid,
+                                                      resume=resume, on_turn=keep)): (index, tid)
+                 for index, tid, resume in plans}
+        done: list[asyncio.Task] = []
+        pending = set(tasks)
+        try:
+            while len(done) < target:
+                finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in finished:
+                    t.result()  # a trajectory never raises for a failed turn; anything else is a bug
+                done.extend(finished)
+        finally:
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        # A trajectory that finished while the others were being stopped is kept as finished.
+        done.extend(t for t in pending if not t.cancelled() and t.exception() is None)
+        stopped = [t for t in pending if t not in done]
+        out = []
+        for t in stopped:
+            index, tid = tasks[t]
+            out.append(latest.get(tid) or PartialTrajectory.fresh(
+                self.sampler, index=index, step=step, trajectory_id=tid, start=start))
+        order = {tid: i for i, (_, tid, _) in enumerate(plans)}
+        trajectories = sorted((t.result() for t in done), key=lambda tr: order[tr.trajectory_id])
+        return _Batch(tuple(trajectories), start, self.time.now(),
+                      carried_in=tuple(p.trajectory_id for p in carried),
+                      carried_out=tuple(sorted(out, key=lambda p: order[p.trajectory_id])))
 
     async def _train(self, step: int, batch: _Batch, period_start: float) -> StepResult:
         train_start = self.time.now()
@@ -162,6 +220,7 @@ class AgenticRLDriver:
             await self.hooks.train_finished(step)
         train_end = self.time.now()
         version = await self.hooks.push_weights(step)
+        self._policy_version = version
         return _step_result(step, batch, period_start=period_start, train_start=train_start,
                             train_end=train_end, end=self.time.now(), version=version)
 
@@ -179,4 +238,6 @@ def _step_result(step: int, batch: _Batch, *, period_start: float, train_start: 
         failed_trajectories=sum(t.failed for t in trajs), turns=sum(t.turns for t in trajs),
         errors=len(errors), error_samples=tuple(errors[:_ERROR_SAMPLES]),
         mean_trajectory_s=fmean(durations), max_trajectory_s=max(durations),
-        telemetry=tuple(x for t in trajs for x in t.telemetry))
+        telemetry=tuple(x for t in trajs for x in t.telemetry),
+        carried_in=batch.carried_in, carried_out=tuple(p.trajectory_id for p in batch.carried_out),
+        trajectory_ids=tuple(t.trajectory_id for t in trajs))

@@ -25,6 +25,11 @@ class TurnTelemetry:
     env_time_s: float
     request_s: float
     attempts: int
+    # The policy that generated this turn: the version the trainer had pushed when it was
+    # sent, and the one the worker reported (None if it did not). Carried-over
+    # trajectories mix versions across their turns; the trainer can weight or filter them.
+    policy_version: str = ""
+    weight_version: str | None = None
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -68,10 +73,16 @@ class Trajectory:
     errors: tuple[str, ...]
     failed: bool
     telemetry: tuple[TurnTelemetry, ...]
+    started_step: int | None = None  # the step it began in, when carried over (else ``step``)
 
     @property
     def duration_s(self) -> float:
         return self.end - self.start
+
+    @property
+    def policy_versions(self) -> tuple[str, ...]:
+        """The distinct policy versions of its turns, oldest first."""
+        return tuple(dict.fromkeys(t.policy_version for t in self.telemetry))
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,11 @@ class StepResult:
     mean_trajectory_s: float
     max_trajectory_s: float
     telemetry: tuple[TurnTelemetry, ...]
+    # Partial-rollout carry-over: trajectories resumed from the previous step (they are
+    # among ``trajectories``), and those left unfinished at this step's cut (trained later).
+    carried_in: tuple[str, ...] = ()
+    carried_out: tuple[str, ...] = ()
+    trajectory_ids: tuple[str, ...] = ()
 
     @property
     def duration_s(self) -> float:

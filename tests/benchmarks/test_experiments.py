@@ -3,7 +3,9 @@ and a fixed P:D ratio really pins the topology."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+
+import pytest
+from dataclasses import asdict, replace
 
 from benchmarks.experiments import fixed, floor, report, runner
 
@@ -105,3 +107,36 @@ def test_fixed_experiments_share_the_runs_they_have_in_common():
         <= ratio_runs & ablation_runs
     assert {f"pearl-no-borrow-g8-colocated-b64-s{fixed.STEPS}", f"pearl-g8-auto-b64-s{fixed.STEPS}"} \
         <= sensitivity_runs & (ratio_runs | ablation_runs)
+
+
+def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
+    from benchmarks.experiments import stragglers
+
+    [(name, _, jobs)] = runner.plan_jobs(stragglers.main, ["--quick"])
+    assert name == "stragglers-quick" and len(jobs) == 2 * len(stragglers.VARIANTS)
+    by_name = {j.name: j.config for j in jobs}
+    off, both = by_name["pearl-no-borrow-g8-colocated-b32-s2"], by_name["pearl-no-borrow-g8-colocated-b32-s2-both"]
+    assert off.router == {} and off.engine_args == ()
+    # The same system and workload, only the straggler options differ.
+    assert replace(both, router={}, engine_args=()) == off
+    assert both.router == {"straggler_priority": True, "straggler_isolation": True}
+    assert both.engine_args == ("--enable-priority-scheduling",)
+
+
+def test_tail_mechanism_names_the_last_trajectory_and_its_contention():
+    from benchmarks.experiments import fixed, stragglers
+    from benchmarks.experiments.floor import trajectory_floor_s
+    from pearl_sglang.emulator.profile import load_profile
+    from pearl_sglang.workload.swe import SweSampler
+
+    config = replace(fixed.job(gpus=8, pd_mode="colocated", batch=4, steps=2).config, group_size=4)
+    sampler, cost = SweSampler(config.sweworkload()), load_profile(config.emulator_profile()).cost
+    alone = {i: trajectory_floor_s(sampler, i, cost) for i in range(4, 8)}
+    # Step 1's trajectories 4-7: each took twice its time alone in requests, the last one three times.
+    rows = [[f"traj-{i}", 3, 2 * (a - e), e] for i, (a, e) in alone.items()]
+    last = max(range(4), key=lambda k: rows[k][2] + rows[k][3])
+    rows[last][2] = 3 * (alone[4 + last][0] - alone[4 + last][1])
+    result = {"config": asdict(config), "steps": [{"step": 0}, {"step": 1, "trajectories": rows}]}
+    [m] = stragglers.tail_mechanism(result)
+    assert m["last"]["trajectory"] == rows[last][0] and m["last"]["contention"] == pytest.approx(3.0)
+    assert m["tail_contention"] == pytest.approx(3.0) and m["rest_contention"] == pytest.approx(2.0)

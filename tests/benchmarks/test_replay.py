@@ -118,3 +118,18 @@ def test_replay_records_predicted_and_observed_makespan():
     for model in ("paper", "tail"):
         errs = [abs(p["rollout_s"] - p["predicted_by_model_s"][model]) / p["rollout_s"] for p in recorded]
         assert summary["prediction_mape_by_model"][model] == pytest.approx(sum(errs) / len(errs))
+
+
+def test_router_options_and_worker_flags_leave_cached_runs_valid_and_reach_the_cluster(tmp_path):
+    """Runs cached before replays took router options or extra worker flags keep their key;
+    a run that sets them gets its own, and the flags reach the workers' launch arguments."""
+    from benchmarks.experiments.runner import _key
+    from benchmarks.harness.replay import cluster_mapping, resolve_system
+
+    config = ReplayConfig(system="pearl", steps=1)
+    assert _key(config) == _key(replace(config, router={}, engine_args=()))
+    on = replace(config, router={"straggler_priority": True}, engine_args=("--enable-priority-scheduling",))
+    assert _key(on) != _key(config)
+    mapping = cluster_mapping(on, resolve_system(on), tmp_path)
+    assert mapping["engine"]["extra_args"] == ["--enable-priority-scheduling"]
+    assert "extra_args" not in cluster_mapping(config, resolve_system(config), tmp_path)["engine"]

@@ -22,3 +22,10 @@ def test_demo_runs_the_calibrated_preset_unless_told_otherwise():
     assert _parse("--profile", "tiny").worker_profile == "tiny"
     with pytest.raises(SystemExit):
         _parse("--preset", "nope")
+
+
+def test_partial_rollout_carry_over_is_off_unless_asked_for():
+    assert _parse().carry_over_share == 0.0
+    assert _parse("--carry-over-share", "0.9").carry_over_share == 0.9
+    with pytest.raises(ValueError, match="carry-over-share"):
+        _parse("--carry-over-share", "1.5")

@@ -77,7 +77,8 @@ async def test_a_stragglers_turn_jumps_the_workers_queue(on):
     --straggler-priority the predicted straggler's turn, queued after another's, runs first."""
     config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
                           straggler_share=0.3, straggler_priority=on)
-    async with emulators(1, "--time-scale", "20", "--enable-priority-scheduling",
+    # Real time: at a faster scale the blocker can end before a loaded machine sees the queue.
+    async with emulators(1, "--time-scale", "1", "--enable-priority-scheduling",
                          "--max-running-requests", "1") as workers:
         async with httpx.AsyncClient(timeout=60) as c:
             async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
@@ -108,4 +109,42 @@ async def test_a_stragglers_turn_jumps_the_workers_queue(on):
                 await c.post(url + "/abort_request", json={"rid": "blocker"})
                 await asyncio.gather(first, second)
                 assert (await blocker).json()["meta_info"]["finish_reason"]["type"] == "abort"
+    assert finished == (["late", "a"] if on else ["a", "late"])
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_held_turns_reach_a_worker_without_priority_scheduling_stragglers_first(on):
+    """The router's own order: turns held while a reconfiguration finishes are released
+    predicted stragglers first, so a FCFS worker (no priority scheduling, one running
+    request at a time) serves the straggler's turn first although it arrived second."""
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.3, straggler_priority=on)
+    async with emulators(1, "--time-scale", "1", "--max-running-requests", "1") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(3)))
+                app[ROUTER].telemetry.drain()
+                await asyncio.gather(_trajectory(c, url, "a", [40] * 64, 3, 0.01),
+                                     _trajectory(c, url, "b", [41] * 64, 3, 0.01),
+                                     _trajectory(c, url, "late", [42] * 64, 1, 0.01))
+                gate = app[ROUTER].gate
+                finished: list[str] = []
+
+                async def turn(tid, n):
+                    r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid,
+                                                                 "X-Pearl-Turn": str(n)},
+                                     json={"input_ids": [50 + n] * 64,
+                                           "sampling_params": {"max_new_tokens": 64, "ignore_eos": True}})
+                    assert r.status_code == 200, r.text
+                    finished.append(tid)
+
+                async with gate.closed("adding a worker"):
+                    first = asyncio.create_task(turn("a", 3))
+                    while gate.waiting < 1:
+                        await asyncio.sleep(0.01)
+                    second = asyncio.create_task(turn("late", 1))
+                    while gate.waiting < 2:
+                        await asyncio.sleep(0.01)
+                await asyncio.gather(first, second)
     assert finished == (["late", "a"] if on else ["a", "late"])

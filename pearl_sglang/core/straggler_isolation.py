@@ -1,0 +1,94 @@
+"""Isolation of stragglers: a cost term on top of placement for the step's tail.
+
+A rollout step ends when its slowest trajectories end. Once the tail has begun, every
+second a predicted straggler spends decoding beside other requests (a larger batch) or
+stalled by their prefills lengthens the step; the others have slack. So while the tail
+lasts, placement changes in two ways:
+
+* a straggler's next turn goes where it finishes soonest (the placement cost: queued
+  prefill, its own prefill and the decode concurrency it joins), with no hysteresis toward
+  the worker that holds its prefix: a re-prefill is paid once, contention on every token;
+* any other request pays, on a worker that holds stragglers, the delay it would impose on
+  them: its prefill stalls their decode (``t_prefill`` per token) and its decode adds a
+  sequence to their batch (``r * b``), counted once per straggler there and scaled by
+  ``weight`` (a straggler's second is worth ``weight`` of another request's second).
+
+So stragglers drift to the least contended workers and the rest of the step's turns
+stay off them while other workers can take them. Pure: the caller passes which
+trajectory is a straggler and how many stragglers each worker holds.
+
+Invariants (tested): with no straggler anywhere the costs are the placement costs; a
+straggler's choice is the cheapest worker whatever its prefix holder; another request's
+cost never falls when a straggler is added to a worker.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.placement import CostRates, Option, cheapest, colocated_costs, decode_seconds, prefill_seconds
+
+
+@dataclass(frozen=True)
+class IsolationConfig:
+    """``tail_share``: isolation starts once this share of the step's trajectories has
+    finished; ``weight``: a straggler's delay over another request's own."""
+
+    tail_share: float = 0.5
+    weight: float = 2.0
+
+    def validate(self) -> None:
+        if not 0 <= self.tail_share < 1:
+            raise InvalidConfig(f"straggler tail share must be in [0, 1), got {self.tail_share}",
+                                key="straggler_tail_share")
+        if not self.weight >= 0:
+            raise InvalidConfig(f"isolation weight must be >= 0, got {self.weight}", key="weight")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What placement needs to know for one request: whether it is a straggler's turn,
+    and how many stragglers each worker holds (by slot)."""
+
+    straggler: bool
+    stragglers_on: Mapping[int, int]
+    weight: float = 2.0
+
+
+def interference_s(rates: CostRates, option: Option, context_tokens: int) -> float:
+    """The delay a request placed on ``option`` imposes on each sequence decoding there:
+    its prefill (decode waits for it) and one more sequence in their batch for its turn."""
+    own = max(0, context_tokens - option.matched_tokens)
+    return rates.t_prefill * own + rates.r * rates.b
+
+
+def isolated_costs(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
+                   isolation: Isolation) -> list[float]:
+    base = colocated_costs(rates, options, context_tokens)
+    if isolation.straggler:
+        return base
+    return [c + isolation.weight * isolation.stragglers_on.get(o.slot, 0) * interference_s(rates, o, context_tokens)
+            for c, o in zip(base, options)]
+
+
+def choose_colocated_isolated(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
+                              isolation: Isolation, margin: float = 0.0, holder: int | None = None) -> int:
+    """Index of the option to use; stragglers ignore the prefix holder's hysteresis."""
+    costs = isolated_costs(rates, options, context_tokens=context_tokens, isolation=isolation)
+    return cheapest(options, costs, margin=margin, holder=None if isolation.straggler else holder)
+
+
+def choose_pair_isolated(rates: CostRates, prefills: Sequence[Option], decodes: Sequence[Option], *,
+                         context_tokens: int, isolation: Isolation, margin: float = 0.0,
+                         holder: int | None = None) -> tuple[int, int]:
+    """PD: a straggler's prefill goes to the prefill worker that finishes it soonest (idle
+    ones first) and its decode to the least contended decode worker; others' decode
+    choice pays for the stragglers decoding there."""
+    p = cheapest(prefills, [prefill_seconds(rates, o, context_tokens) for o in prefills],
+                 margin=margin, holder=None if isolation.straggler else holder)
+    d_costs = [decode_seconds(rates, o) for o in decodes]
+    if not isolation.straggler:
+        d_costs = [c + isolation.weight * isolation.stragglers_on.get(o.slot, 0) * rates.r * rates.b
+                   for c, o in zip(d_costs, decodes)]
+    return p, cheapest(decodes, d_costs)

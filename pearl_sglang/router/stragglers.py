@@ -1,0 +1,34 @@
+"""Stragglers first on the data path: which placement a named trajectory's turn gets.
+
+``--straggler-isolation`` turns the step's tail over to its predicted stragglers: once
+``--straggler-tail-share`` of the step's trajectories look finished (telemetry's
+liveness), a straggler's turn goes to the least contended worker and the other turns
+pay for sharing a worker with stragglers (``core.straggler_isolation``). Before the tail,
+or for a request that names no trajectory, placement is the routing policy's own.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from pearl_sglang.core.straggler_isolation import Isolation, IsolationConfig
+from pearl_sglang.router.telemetry import TelemetryCollector
+
+IsolationFor = Callable[[str | None, float], Isolation | None]
+
+
+def no_isolation(trajectory: str | None, now: float) -> None:
+    return None
+
+
+def isolation_for(telemetry: TelemetryCollector, *, share: float, config: IsolationConfig) -> IsolationFor:
+    config.validate()
+
+    def isolation(trajectory: str | None, now: float) -> Isolation | None:
+        if trajectory is None:
+            return None
+        view = telemetry.tail(now, share=share)
+        if view.finished_share < config.tail_share or not view.stragglers:
+            return None
+        return Isolation(straggler=trajectory in view.stragglers, stragglers_on=view.stragglers_on,
+                         weight=config.weight)
+    return isolation
