@@ -19,8 +19,9 @@ from tests.conftest import WORKER_KINDS
 
 pytestmark = pytest.mark.realsglang
 
-# Long enough that one request's answer reaches its thread before the next one ends.
-SHORT = {"temperature": 0, "max_new_tokens": 64, "ignore_eos": True}
+# Long enough that one request's answer reaches its thread before the next one ends, even
+# on a loaded 2-core machine (64 tokens were not: two answers once came back swapped).
+SHORT = {"temperature": 0, "max_new_tokens": 256, "ignore_eos": True}
 
 
 ONE_AT_A_TIME = ("--max-running-requests", "1")
