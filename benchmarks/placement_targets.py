@@ -10,6 +10,7 @@ admitted them once ``/readiness`` reports them healthy.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import sys
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "placement-bench"
 
 
-class RouterTarget:
+class RouterTarget(abc.ABC):
     """A router process over the first ``active`` of ``urls``; ``admit_rest`` adds the others."""
 
     kind = ""
@@ -35,8 +36,9 @@ class RouterTarget:
         self.policy, self.urls, self.active = policy, urls, active
         self.headers: dict[str, str] = {}
 
+    @abc.abstractmethod
     def argv(self, port: int) -> tuple[list[str], dict[str, str]]:
-        raise NotImplementedError
+        """The router's command line and environment, listening on ``port``."""
 
     async def __aenter__(self) -> "RouterTarget":
         for attempt in range(3):  # a free port can be taken before the router binds it
