@@ -4,8 +4,9 @@ Ids are scoped to one operation (``train_begin``, ``update_weights``, ...): the 
 another endpoint is another call. A retry must carry the same parameters as the first
 call; the same id with different parameters is a client bug (a reused or colliding id)
 and is refused with ``RequestIdReused`` rather than answered with an unrelated result.
-A retry that arrives while the first call still runs waits for that same call; a call
-that failed is forgotten, so its retry acts. Only the last ``keep`` ids are remembered.
+A retry that arrives while the first call still runs waits for that same call, also when
+the first caller stopped waiting (a 504 at its deadline: the call goes on); a call that
+failed is forgotten, so its retry acts. Only the last ``keep`` ids are remembered.
 """
 from __future__ import annotations
 
@@ -43,10 +44,14 @@ class OnceByRequestId:
             return {**(await asyncio.shield(future)), "duplicate": True}
         future = asyncio.ensure_future(fn())
         self._answers[key] = (fingerprint, future)
+        future.add_done_callback(lambda done: self._forget_if_failed(key, done))
         while len(self._answers) > self.keep:
             self._answers.popitem(last=False)
-        try:
-            return {**(await asyncio.shield(future)), "duplicate": False}
-        except BaseException:
-            self._answers.pop(key, None)
-            raise
+        return {**(await asyncio.shield(future)), "duplicate": False}
+
+    def _forget_if_failed(self, key: tuple[str, str], done: asyncio.Future) -> None:
+        """A call that failed is forgotten so its retry acts. A caller that stopped waiting
+        (its HTTP deadline passed, the client left) is not a failure: the call goes on, and
+        a retry with the same id waits for it instead of acting a second time."""
+        if (done.cancelled() or done.exception() is not None) and self._answers.get(key, (None, None))[1] is done:
+            del self._answers[key]
