@@ -48,7 +48,7 @@ from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGME
                                         system)
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.prediction_error import mape, mape_by_model, new_prediction
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer

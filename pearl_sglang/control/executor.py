@@ -26,14 +26,14 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.control.registration import is_registered
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import (
     Event, RoleSwitched, SwitchAbandoned, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
+from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.router.drain import migrate_off, wait_drained

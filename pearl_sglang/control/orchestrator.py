@@ -30,7 +30,6 @@ from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
-from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
 from pearl_sglang.control.staged_changes import StagedChanges
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
@@ -44,6 +43,7 @@ from pearl_sglang.core.events import (
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
 from pearl_sglang.core.planner import plan
+from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.step_model import MakespanModel, StepContext, running_turns, step_predictions

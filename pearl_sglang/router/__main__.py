@@ -32,7 +32,7 @@ from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.cluster_config import ClusterConfig, apply_policy
 from pearl_sglang.control.persistence import StateDirInUse, StateFile
 from pearl_sglang.core.state import StateTable
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.router.app import build_app
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.connections import raise_descriptor_limit, start_site

@@ -21,7 +21,7 @@ from pearl_sglang.control.orchestrator import Orchestrator
 from pearl_sglang.control.persistence import StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.registration import Registrar
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router import admin_routes, engine_control_routes, inference_routes, worker_api
 from pearl_sglang.core.straggler_isolation import IsolationConfig

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import aiohttp
 
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 
 log = logging.getLogger("pearl.router.health")
 

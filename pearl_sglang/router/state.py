@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig

@@ -31,9 +31,9 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.control.registration import (
-    AlreadyRegistered, Capabilities, GPU_PREFIX, NotRegistered, Registrar, RegistrationError, WorkerSpec, find,
-    normalize,
+    AlreadyRegistered, Capabilities, NotRegistered, Registrar, RegistrationError, WorkerSpec, find, normalize,
 )
+from pearl_sglang.core.registered import GPU_PREFIX
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
 from pearl_sglang.router.middleware import read_json

@@ -11,7 +11,7 @@ import httpx
 from aiohttp import web
 
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.invariants import check
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher

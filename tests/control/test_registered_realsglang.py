@@ -18,7 +18,7 @@ import pytest
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.processes import free_port, wait_all_healthy
-from pearl_sglang.control.registration import is_registered
+from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Role
 from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.router.state import ROUTER
