@@ -57,7 +57,7 @@ from pearl_sglang.emulator.direct import InProcessTransport
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.server import Worker
 from pearl_sglang.router import health as router_health
-from pearl_sglang.router.app import build_app
+from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory

@@ -24,6 +24,7 @@ from typing import Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
+from pearl_sglang.control.data_plane import DataPlane
 from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.state_store import StateStore
@@ -36,8 +37,6 @@ from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.engine.launch_args import LaunchRole
-from pearl_sglang.router.drain import migrate_off, wait_drained
-from pearl_sglang.router.state import RouterState
 
 log = logging.getLogger("pearl.control")
 
@@ -68,7 +67,7 @@ def launch_role(role: Role) -> LaunchRole:
 @dataclass
 class PlanExecutor:
     store: StateStore
-    router: RouterState
+    data_plane: DataPlane
     launcher: Launcher | None
     ops: WorkerOps
     phases: PhaseLog
@@ -78,8 +77,7 @@ class PlanExecutor:
     weights_cpu_backup: bool = False
 
     async def _drain(self, slot: int) -> bool:
-        await migrate_off(self.router, slot)
-        drained = await wait_drained(self.router, slot, self.deadlines.drain_s)
+        drained = await self.data_plane.drain(slot, self.deadlines.drain_s)
         if not drained:
             log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
         return drained
@@ -234,7 +232,7 @@ class PlanExecutor:
         if not events:
             return
         async with self.phases.phase(operation, "finalization"):
-            async with self.router.gate.closed(f"{operation}: admitting {len(events)} worker(s)"):
+            async with self.data_plane.admission_paused(f"{operation}: admitting {len(events)} worker(s)"):
                 await self.store.apply(events)
                 self._forget_failures(events)
 
@@ -286,7 +284,7 @@ class PlanExecutor:
         failures counted against the process it replaced say nothing about this one."""
         for e in events:
             if isinstance(e, (WorkerReady, RoleSwitched, SwitchAbandoned)) and e.endpoint:
-                self.router.breakers.success(e.slot)
+                self.data_plane.process_replaced(e.slot)
 
     async def _restore(self, slot: int, now_at: tuple[str, int | None] | None) -> Event:
         """Back to the old role; a start that fails is tried again (up to

@@ -157,12 +157,11 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def _context(self, *, fresh: bool) -> StepContext:
         """Where the rollout step stands: at its start a fresh batch; mid-step the turns
-        each trajectory has done (router telemetry) and the time it has run."""
+        each trajectory has done (the data plane's telemetry) and the time it has run."""
         if fresh or self._last_step_at is None:
             return StepContext(spread=self.spread)
         now = asyncio.get_running_loop().time()
-        telemetry = getattr(self.executor.router, "telemetry", None)
-        done = [t.turns_done for t in telemetry.progress(now)] if telemetry is not None else []
+        done = self.executor.data_plane.turns_done(now)
         profile = self.profile()
         return StepContext(remaining=running_turns(done, profile.B, profile.S), spread=self.spread,
                            elapsed_s=(now - self._last_step_at) * self.config.time_scale)
@@ -382,8 +381,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
-        self.executor.router.utilization.close_step()
-        step = self.executor.router.telemetry.drain().scaled(self.config.time_scale)
+        step = self.executor.data_plane.close_step().scaled(self.config.time_scale)
         if step.turns:
             try:
                 self.tracker = self.tracker.observe(step)

@@ -11,7 +11,8 @@ processes. Actors are owned by the controller's Ray driver, so workers go away w
 controller: stopping a worker ends its process group, then kills the actor, and the
 process's parent-death signal follows the actor.
 
-Ray is imported here only; the router imports this module when ``launcher.kind == "ray"``.
+Ray is imported here only; the composition root (``server.compose``) imports this module
+when ``launcher.kind == "ray"``.
 """
 from __future__ import annotations
 

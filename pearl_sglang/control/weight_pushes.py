@@ -55,7 +55,7 @@ class WeightPushes:
                                  "/pearl/state)")
         push = (from_disk(self.executor.ops, snapshot) if tensors is None
                 else self.groups.pusher(snapshot.group or "", tensors, snapshot.version, workers))
-        with self.executor.router.breakers.planned_pause(w.slot for w in workers):
+        with self.executor.data_plane.planned_pause(w.slot for w in workers):
             results = await push_to_workers([w.endpoint for w in workers], push)
         answer = {str(w.slot): r for w, r in zip(workers, results)}
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -20,13 +21,25 @@ from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterEr
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 
+
+@dataclass
+class ControlPlane:
+    """The running control plane: set once the application's session exists, absent in
+    attach mode (the router then serves without one)."""
+
+    orchestrator: Orchestrator | None = None
+
+
+CONTROL = web.AppKey("pearl_control", ControlPlane)
+
+
 class GatewayTimeout(RouterError):
     status = 504
     kind = "deadline_exceeded"
 
 
 def _control(request: web.Request) -> Orchestrator:
-    orch = request.app[ROUTER].control
+    orch = request.app[CONTROL].orchestrator
     if orch is None:
         raise Conflict("this router runs in attach mode without a control plane; start it with "
                        "--config cluster.yaml to use the admin API", kind="no_control_plane")
@@ -229,6 +242,7 @@ async def pd_mode(request: web.Request) -> web.Response:
 
 
 def add_control_routes(app: web.Application) -> None:
+    app[CONTROL] = ControlPlane()
     r = app.router
     r.add_post("/train_begin", train_begin)
     r.add_post("/train_finished", train_finished)
