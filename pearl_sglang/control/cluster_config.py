@@ -165,15 +165,13 @@ class GateConfig:
 class Deadlines:
     """Seconds. ``train_begin_s``: returning the training GPUs (stragglers are stopped at
     it). ``leave_s``: default deadline of a GPU leave. ``drain_s``: how long a leaving
-    worker may drain before it is stopped. ``join_s``, ``admission_pause_s``: accepted
-    for compatibility, not enforced (a join answers when its growth ends; the admission
-    pause is bounded by the router's ``--admission-wait-s``)."""
+    worker may drain before it is stopped. A join has no deadline of its own (it answers
+    when its growth ends), and the admission pause is bounded by the router's
+    ``--admission-wait-s``."""
 
     train_begin_s: float = 60.0
     leave_s: float = 30.0
-    join_s: float = 900.0
     drain_s: float = 20.0
-    admission_pause_s: float = 30.0
 
 
 @dataclass(frozen=True)
