@@ -36,7 +36,6 @@ from pearl_sglang.core.events import (
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
-from pearl_sglang.engine.launch_args import LaunchRole
 
 log = logging.getLogger("pearl.control")
 
@@ -58,10 +57,6 @@ class GroupCancelled(ActivationFailed):
 class PdProbeFailed(ActivationFailed):
     """A new pair could not transfer KV; relaunching its workers may fix it, so the
     control plane re-plans after a back-off."""
-
-
-def launch_role(role: Role) -> LaunchRole:
-    return LaunchRole(role.value)
 
 
 @dataclass
@@ -158,7 +153,7 @@ class PlanExecutor:
 
     async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         await self.launcher.stop(slot)
-        launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
+        launched = await self.launcher.launch(LaunchSpec(slot, role, gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port
 
     async def switch(self, slot: int, operation: str) -> Event:
@@ -185,7 +180,7 @@ class PlanExecutor:
             raise ActivationFailed("attached clusters cannot launch workers")
         async with self.phases.phase(operation, "preparation"):
             # A new process holds the launch checkpoint; it then syncs to the latest snapshot.
-            launched = await self.launcher.launch(LaunchSpec(add.slot, launch_role(add.role), add.gpus,
+            launched = await self.launcher.launch(LaunchSpec(add.slot, add.role, add.gpus,
                                                              self.launch_version))
             latest = self.snapshot()
             await sync_worker(self.ops, launched.endpoint, latest, reload=False)
