@@ -31,7 +31,7 @@ from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import (
-    Event, RoleSwitched, SwitchAbandoned, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
+    Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.registered import is_registered
@@ -88,7 +88,7 @@ class PlanExecutor:
             await self.launcher.stop(slot)
 
     async def deactivate(self, slot: int, operation: str) -> Event:
-        """Returns the event to apply: WorkerLeft, or WorkerFailed if the process had to go."""
+        """Returns the event to apply: WorkerLeft, or WorkerLost if the process had to go."""
         w = self.store.table.worker(slot)
         async with self.phases.phase(operation, "deactivation"):
             await self._drain(slot)
@@ -104,7 +104,7 @@ class PlanExecutor:
                 except WorkerOpError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
                     await self.kill(slot)
-                    return WorkerFailed(slot)
+                    return WorkerLost(slot)
             if is_registered(w):
                 # The framework owns the process: it leaves PEARL, GPU ids and all.
                 return WorkerUnregistered(slot)
@@ -254,10 +254,10 @@ class PlanExecutor:
             if isinstance(outcome, BaseException):
                 log.warning("slot %s could not go back to its old role (%s); stopping it", slot, outcome)
                 await self.kill(slot)
-                events.append(WorkerFailed(slot))
+                events.append(WorkerLost(slot))
             else:
                 events.insert(0, outcome)
-        events += [WorkerFailed(s) for s in joining]
+        events += [WorkerLost(s) for s in joining]
         if events:
             await self.store.apply(events)
             self._forget_failures(events)
@@ -272,7 +272,7 @@ class PlanExecutor:
                 and not self.launcher.alive(w.slot)]
         if dead:
             log.warning("slots %s lost their process in a cancelled switch; dropping them", dead)
-            await self.store.apply([WorkerFailed(s) for s in dead])
+            await self.store.apply([WorkerLost(s) for s in dead])
 
     def _forget_failures(self, events: list[Event]) -> None:
         """A slot that now runs a new or restarted process starts with a closed circuit:

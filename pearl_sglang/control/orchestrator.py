@@ -38,7 +38,7 @@ from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
-    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
+    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerLost,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
@@ -220,7 +220,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         for slot in forced:
             log.warning("%s: slot %s not deactivated by its deadline; stopping it", operation, slot)
             await self.executor.kill(slot)
-        events += [WorkerFailed(s) for s in forced if self.store.table.has(s)]
+        events += [WorkerLost(s) for s in forced if self.store.table.has(s)]
         await self.store.apply(events)
         return leaving
 
