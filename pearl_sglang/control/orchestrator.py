@@ -42,6 +42,7 @@ from pearl_sglang.core.events import (
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.planner import plan
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
@@ -466,8 +467,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
             self._start_growth(wave, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
-    async def set_pd_mode(self, mode: str) -> dict[str, Any]:
-        """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the
+    async def set_pd_mode(self, mode: PdMode) -> dict[str, Any]:
+        """Operator override of the PD mode (``core.pd_mode``); the
         cluster is re-planned at once and the answer comes when the change is admitted (by
         this call's growth, or by the one of a later event that superseded it)."""
         async with self._lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pearl_sglang.core.pd_mode import AUTO, COLOCATED, DISAGGREGATED, PdMode
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
 
 GPU_PREFIX = "registered"
@@ -32,7 +33,7 @@ def is_registered(w: WorkerRecord) -> bool:
 class ModeLock:
     """The PD mode the decision engine is held to, and why."""
 
-    pd_mode: str
+    pd_mode: PdMode
     reason: str
 
     def to_dict(self) -> dict[str, str]:
@@ -48,15 +49,15 @@ def relaunch_lock(table: StateTable) -> ModeLock | None:
     if not registered:
         return None
     pd = any(w.intended_role in (Role.PREFILL, Role.DECODE) for w in registered)
-    mode = "disaggregated" if pd else "colocated"
+    mode = PdMode(DISAGGREGATED if pd else COLOCATED)
     return ModeLock(pd_mode=mode, reason=f"{len(registered)} registered worker(s) cannot be relaunched: "
                                          f"colocated <-> PD changes are excluded, the mode stays {mode}")
 
 
-def locked_pd_mode(configured: str, lock: ModeLock | None) -> str:
+def locked_pd_mode(configured: PdMode, lock: ModeLock | None) -> PdMode:
     """The configured PD mode, unless it would need relaunching registered workers."""
     if lock is None:
         return configured
-    if lock.pd_mode == "colocated":
-        return "colocated"
-    return configured if configured not in ("auto", "colocated") else "disaggregated"
+    if lock.pd_mode == COLOCATED:
+        return lock.pd_mode
+    return configured if configured not in (AUTO, COLOCATED) else PdMode(DISAGGREGATED)

@@ -8,14 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
-from pearl_sglang.control.cluster_config import fixed_ratio
 from pearl_sglang.control.idempotency import RequestIdReused
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
 from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.core.errors import CoreError
+from pearl_sglang.core.errors import CoreError, InvalidConfig
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
                                        UpstreamFailed)
 from pearl_sglang.router.middleware import read_json
@@ -228,10 +228,11 @@ async def gpus(request: web.Request) -> web.Response:
 async def pd_mode(request: web.Request) -> web.Response:
     orch = _control(request)
     body = await _body(request)
-    mode = body.get("pd_mode")
-    if mode not in ("auto", "colocated", "disaggregated") and not (isinstance(mode, str) and fixed_ratio(mode)):
+    try:
+        mode = PdMode(body.get("pd_mode"))
+    except InvalidConfig as e:
         raise BadRequest("'pd_mode' must be 'auto', 'colocated', 'disaggregated' or a fixed ratio 'P:D' "
-                         "(positive integers, e.g. '3:5')")
+                         "(positive integers, e.g. '3:5')") from e
     answer = await _run(orch.set_pd_mode(mode))
     reason = json.loads(answer.text).get("reason")
     if reason:
