@@ -15,6 +15,7 @@ from typing import AsyncIterator, Callable
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang.clock import Clock, LoopClock
 from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.router.admission import AdmissionGate
@@ -142,14 +143,15 @@ class _ProfileRates:
 
 def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[web.Request], str],
                  transport_factory: TransportFactory = HttpTransport, default_routing: str | None = None,
-                 wait_for_workers: bool = False) -> web.Application:
+                 wait_for_workers: bool = False, clock: Clock | None = None) -> web.Application:
     """``access`` classes each request for the auth middleware (public, inference or admin);
     ``default_routing``: the cluster's routing policy, unless the router's flag names one;
     ``wait_for_workers``: requests wait for a first worker (a launched cluster is starting)
-    rather than fail at once."""
+    rather than fail at once. ``clock``: the event loop's unless given."""
     config.validate()
     routing = config.routing_policy or default_routing or "cost"
-    utilization = Utilization(clock=lambda: asyncio.get_running_loop().time())
+    clock = clock or LoopClock()
+    utilization = Utilization(clock=clock.now)
     inflight = InFlightRegistry(on_count=utilization.occupancy)
     st = RouterState(
         config=config, store=store,
@@ -157,10 +159,11 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
                           rates=lambda: rates()),
         inflight=inflight, loads=LoadModel(inflight, report_ttl_s=max(5.0, 3 * config.load_poll_interval_s)),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
-        breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
+        breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s,
+                                 clock=clock),
         metrics=RouterMetrics(lambda: store.table, utilization.current_totals,
                               lambda: st.control.prediction_state() if st.control is not None else None),
-        telemetry=TelemetryCollector(), utilization=utilization, streams_by_client={},
+        telemetry=TelemetryCollector(), utilization=utilization, clock=clock, streams_by_client={},
         connections=ConnectionGuard(config.connections))
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
@@ -185,7 +188,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
                                                            weight=config.straggler_isolation_weight))
                        if config.straggler_isolation else no_isolation))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
-                                                 timeout_s=min(20.0, config.timeouts.chunk_s)))
+                                                 timeout_s=min(20.0, config.timeouts.chunk_s), clock=clock))
         load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
                       if config.load_poll_interval_s > 0 else None)
         st.client_watch = ClientWatch(config.client_check_s)

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang.clock import Clock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.router.admission import AdmissionGate
@@ -52,6 +53,7 @@ class RouterState:
     metrics: RouterMetrics
     telemetry: TelemetryCollector
     utilization: Utilization
+    clock: Clock
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None

@@ -7,6 +7,9 @@
 * The control plane and the router do not import each other: the control plane reaches
   the data path through its ``DataPlane`` port, the router reads the control plane through
   ``ControlView``, and ``server`` composes the two.
+* The shells take the clock: ``router``, ``control`` and ``server`` never import ``time``;
+  they read time and sleep through an injected ``pearl_sglang.clock.Clock`` (or the event
+  loop's, which a trace replay makes virtual).
 
 Every import counts, also one inside a function or under ``TYPE_CHECKING``: each is a
 dependency of the design. A ``__main__`` module is a program that nothing imports, so its
@@ -24,6 +27,7 @@ CORE_MAY_IMPORT = frozenset({
     "math", "operator", "statistics", "typing",
 })
 NEVER_EACH_OTHER = ("control", "router")
+TAKE_THE_CLOCK = ("control", "router", "server")
 
 
 def _module_name(path: Path) -> str:
@@ -148,3 +152,13 @@ def test_control_and_router_do_not_import_each_other():
     crossing = {f"{x} -> {y}": edges[x, y] for x, y in ((a, b), (b, a)) if (x, y) in edges}
     assert not crossing, f"{a} and {b} meet only in server (ports, not imports): {crossing}"
 
+
+def test_the_shells_take_the_clock():
+    offences = []
+    for unit in TAKE_THE_CLOCK:
+        for path in sorted((PACKAGE / unit).rglob("*.py")):
+            if path.name == "__main__.py":
+                continue
+            offences += [f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+                         for name, line in _imports(path) if name == "time" or name.startswith("time.")]
+    assert not offences, "read time through an injected Clock (pearl_sglang.clock):\n" + "\n".join(offences)
