@@ -38,6 +38,7 @@ from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 from pearl_sglang.state_store import StateStore
 
+
 @web.middleware
 async def _count_requests(request: web.Request, handler) -> web.StreamResponse:
     """Outermost: counts every answer, the error replies built from raised errors too."""
