@@ -96,30 +96,40 @@ def _check_hosts(request: web.Request, body: dict[str, Any]) -> None:
                          kind="worker_host_not_allowed")
 
 
+# What each control-plane error is to an HTTP client: the first row whose error class
+# matches gives the answer's class and its ``kind`` (None: the answer class's own).
+ANSWERS: tuple[tuple[type[Exception], type[RouterError], str | None], ...] = (
+    (OutOfOrder, Conflict, "out_of_order"),
+    (RequestIdReused, Conflict, "request_id_reused"),
+    (NoActiveWorker, ServiceUnavailable, "no_active_worker"),
+    (CoreError, Conflict, "invalid_transition"),
+    (InvalidGroupRequest, BadRequest, None),
+    (UnknownGroup, NotFound, "unknown_weight_group"),
+    (MembershipChanged, Conflict, "weight_group_membership"),
+    (GroupExists, Conflict, "weight_group_exists"),
+    (GroupInitFailed, UpstreamFailed, "weight_group_init_failed"),
+)
+
+
+def answer_for(error: Exception) -> RouterError | None:
+    for error_class, answer_class, kind in ANSWERS:
+        if isinstance(error, error_class):
+            return answer_class(str(error), kind=kind)
+    return None
+
+
 async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
     try:
         if deadline_s is None:
             return web.json_response(await coro)
         return web.json_response(await asyncio.wait_for(coro, deadline_s))
-    except OutOfOrder as e:
-        raise Conflict(str(e), kind="out_of_order") from e
-    except RequestIdReused as e:
-        raise Conflict(str(e), kind="request_id_reused") from e
-    except NoActiveWorker as e:
-        raise ServiceUnavailable(str(e), kind="no_active_worker") from e
-    except CoreError as e:
-        raise Conflict(str(e), kind="invalid_transition") from e
-    except InvalidGroupRequest as e:
-        raise BadRequest(str(e)) from e
-    except UnknownGroup as e:
-        raise NotFound(str(e), kind="unknown_weight_group") from e
-    except (GroupExists, MembershipChanged) as e:
-        raise Conflict(str(e), kind="weight_group_membership" if isinstance(e, MembershipChanged)
-                       else "weight_group_exists") from e
-    except GroupInitFailed as e:
-        raise UpstreamFailed(str(e), kind="weight_group_init_failed") from e
-    except asyncio.TimeoutError as e:
-        raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+    except Exception as e:
+        answer = answer_for(e)
+        if answer is not None:
+            raise answer from e
+        if isinstance(e, asyncio.TimeoutError):
+            raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+        raise
     except asyncio.CancelledError as e:
         task = asyncio.current_task()
         if task is None or task.cancelling():
