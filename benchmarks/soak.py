@@ -154,12 +154,12 @@ async def run(n_events: int, n_requests: int, seed: int, time_scale: float) -> C
 async def exact_sample(outcomes: list, counts: Counts, model: Path, rng: random.Random, sample: int = 300) -> None:
     from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
     from pearl_sglang.control.launchers import LaunchSpec
-    from pearl_sglang.engine.launch_args import LaunchRole
+    from pearl_sglang.core.state import Role
 
     single = [o for o in outcomes if o[0] == "ok" and len(o[2]["meta_info"]["weight_versions"]) == 1]
     picked = rng.sample(single, min(sample, len(single)))
     launcher = InProcessEmulatorLauncher(config(model, 1000.0).engine)
-    ref = await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("ref:0",)))
+    ref = await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("ref:0",)))
     try:
         async with httpx.AsyncClient(timeout=60) as client:
             for version in sorted({o[2]["meta_info"]["weight_version"] for o in picked}):

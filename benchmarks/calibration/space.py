@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from pearl_sglang.emulator.profile import Profile, load_profile
+from pearl_sglang.emulator.profile import PerformanceModel, load_profile
 
 ROOFLINE = {"qwen3-8b": "qwen3-8b-h800-tp2", "qwen3-30b-a3b": "qwen3-30b-a3b-h800-tp2"}
 DECODE_EFFICIENCY = {"qwen3-8b": "decode_efficiency_8b", "qwen3-30b-a3b": "decode_efficiency_30b"}
@@ -95,7 +95,7 @@ def workload_fields(point: Mapping[str, float]) -> dict[str, Any]:
     }
 
 
-def profile(model: str, point: Mapping[str, float], *, name: str) -> Profile:
+def profile(model: str, point: Mapping[str, float], *, name: str) -> PerformanceModel:
     """The roofline profile of ``model`` slowed (or sped up) to the point's efficiencies."""
     base = load_profile(ROOFLINE[model])
     p = BUNDLED_PREFILL_EFFICIENCY / point["prefill_efficiency"]
@@ -109,7 +109,7 @@ def profile(model: str, point: Mapping[str, float], *, name: str) -> Profile:
     return base.replace(name=name, cost=cost)
 
 
-def profile_dict(profile_: Profile, model: str, point: Mapping[str, float]) -> dict[str, Any]:
+def profile_dict(profile_: PerformanceModel, model: str, point: Mapping[str, float]) -> dict[str, Any]:
     """A profile as its JSON file holds it, with a note on how it was derived."""
     doc = (f"{profile_.model}, {profile_.hardware}: the roofline profile {ROOFLINE[model]} with prefill at "
            f"{point['prefill_efficiency']:.3f} of peak FLOP/s, decode weight reads at "

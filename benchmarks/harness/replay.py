@@ -39,7 +39,6 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
-from unittest import mock
 
 from aiohttp import web
 
@@ -48,7 +47,7 @@ from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGME
                                         system)
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.prediction_error import mape, mape_by_model, new_prediction
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
@@ -56,8 +55,7 @@ from pearl_sglang.demo.report import label, roles
 from pearl_sglang.emulator.direct import InProcessTransport
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.server import Worker
-from pearl_sglang.router import health as router_health
-from pearl_sglang.router.app import build_app
+from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
@@ -179,16 +177,6 @@ def _transport_factory(config: ReplayConfig, launchers: list[InProcessEmulatorLa
     def resolve(url: str) -> Optional[Worker]:
         return next((w for lc in launchers if (w := lc.worker_at(url)) is not None), None)
     return lambda _session, _timeouts: InProcessTransport(resolve)
-
-
-class _LoopTime:
-    """``time`` for the router's circuit breakers: ``monotonic()`` on the event loop's clock."""
-
-    def monotonic(self) -> float:
-        return asyncio.get_running_loop().time()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
 
 
 class WrongAnswers(RuntimeError):
@@ -316,8 +304,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
     targets = worker_targets(read_bamboo(config.trace_file or BAMBOO_P3), max_workers=config.max_preemptible_workers,
                              start_s=start_h * 3600, length_s=window_s) if sysdef.follows_trace else []
     real0, cpu0 = time.perf_counter(), time.process_time()
-    with tempfile.TemporaryDirectory(prefix="pearl-replay-") as tmp, \
-            mock.patch.object(router_health, "time", _LoopTime()):
+    with tempfile.TemporaryDirectory(prefix="pearl-replay-") as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(

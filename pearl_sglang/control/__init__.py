@@ -1,1 +1,2 @@
-"""Async shell of the control plane: state store, orchestration, executors, launchers."""
+"""Async shell of the control plane: orchestration, executors, launchers; it reaches the
+data path only through its ``DataPlane`` port (``data_plane``)."""

@@ -31,17 +31,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pearl_sglang.core.decision import Thresholds
+from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.pd_mode import AUTO, COLOCATED, PdMode
 from pearl_sglang.core.profile import Profile
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
-
-
-def fixed_ratio(pd_mode: str) -> tuple[int, int] | None:
-    """``"P:D"`` (positive integers) as (P, D); None for anything else."""
-    p, sep, d = str(pd_mode).partition(":")
-    if sep and p.isdigit() and d.isdigit() and int(p) > 0 and int(d) > 0:
-        return int(p), int(d)
-    return None
 
 
 class ConfigError(ValueError):
@@ -152,7 +146,6 @@ class GateConfig:
     explore_max_benefit_ratio: float = 2.0
 
     def __post_init__(self) -> None:
-        from pearl_sglang.core.errors import InvalidConfig
         from pearl_sglang.core.learning_gate import Exploration
 
         try:
@@ -165,15 +158,13 @@ class GateConfig:
 class Deadlines:
     """Seconds. ``train_begin_s``: returning the training GPUs (stragglers are stopped at
     it). ``leave_s``: default deadline of a GPU leave. ``drain_s``: how long a leaving
-    worker may drain before it is stopped. ``join_s``, ``admission_pause_s``: accepted
-    for compatibility, not enforced (a join answers when its growth ends; the admission
-    pause is bounded by the router's ``--admission-wait-s``)."""
+    worker may drain before it is stopped. A join has no deadline of its own (it answers
+    when its growth ends), and the admission pause is bounded by the router's
+    ``--admission-wait-s``."""
 
     train_begin_s: float = 60.0
     leave_s: float = 30.0
-    join_s: float = 900.0
     drain_s: float = 20.0
-    admission_pause_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -230,7 +221,7 @@ class ClusterConfig:
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     # "auto" (the decision engine), "colocated", "disaggregated" (the best P:D ratio), or a
     # fixed "P:D" ratio scaled to the budget (benchmarks: the PD sweep, ratio selection).
-    pd_mode: str = "auto"
+    pd_mode: PdMode = PdMode(AUTO)
     # The makespan model decisions use (mode and ratio, the borrowing gate): "tail" (the
     # paper's equations with the slowest trajectory's latency floor, on the work that
     # remains) or "paper" (the paper's equations alone). The default is the one the
@@ -261,9 +252,8 @@ class ClusterConfig:
             raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
         if not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):
             raise ConfigError("time_scale must be a positive number")
-        if self.pd_mode not in ("auto", "colocated", "disaggregated") and fixed_ratio(self.pd_mode) is None:
-            raise ConfigError(f"pd_mode must be auto, colocated, disaggregated or a fixed P:D ratio "
-                              f"such as '3:5', got {self.pd_mode!r}")
+        if not isinstance(self.pd_mode, PdMode):
+            raise ConfigError(f"pd_mode must be a PdMode, got {self.pd_mode!r}")
         if self.makespan_model not in ("paper", "tail"):
             raise ConfigError(f"makespan_model must be 'paper' or 'tail', got {self.makespan_model!r}")
         if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
@@ -301,7 +291,7 @@ class ClusterConfig:
             deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
             weights=_build(WeightsConfig, data.get("weights"), "weights"),
             recovery=_build(RecoveryConfig, recovery, "recovery"),
-            pd_mode=data.get("pd_mode", "auto"),
+            pd_mode=_pd_mode(data.get("pd_mode", AUTO)),
             makespan_model=data.get("makespan_model", "paper"),
             time_scale=data.get("time_scale", 1.0),
             state_dir=data.get("state_dir"),
@@ -337,12 +327,19 @@ def _check_numbers(section: Any, where: str) -> None:
                               f"without a sign as text; write it as {value.replace('e', 'e+')}")
 
 
+def _pd_mode(value: Any) -> PdMode:
+    try:
+        return PdMode(value)
+    except InvalidConfig as e:
+        raise ConfigError(str(e)) from e
+
+
 def apply_policy(config: ClusterConfig, policy: str) -> ClusterConfig:
     """``static``: a fixed colocated deployment that never borrows; ``pearl``: as configured."""
     from dataclasses import replace
 
     if policy == "static":
-        return replace(config, pd_mode="colocated", gate=replace(config.gate, borrow=False))
+        return replace(config, pd_mode=PdMode(COLOCATED), gate=replace(config.gate, borrow=False))
     if policy == "pearl":
         return config
     raise ConfigError(f"unknown policy {policy!r}")

@@ -24,20 +24,18 @@ from typing import Callable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
+from pearl_sglang.control.data_plane import DataPlane
 from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.control.registration import is_registered
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import (
-    Event, RoleSwitched, SwitchAbandoned, WorkerFailed, WorkerLeft, WorkerReady, WorkerUnregistered,
+    Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
+from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
-from pearl_sglang.engine.launch_args import LaunchRole
-from pearl_sglang.router.drain import migrate_off, wait_drained
-from pearl_sglang.router.state import RouterState
 
 log = logging.getLogger("pearl.control")
 
@@ -61,14 +59,10 @@ class PdProbeFailed(ActivationFailed):
     control plane re-plans after a back-off."""
 
 
-def launch_role(role: Role) -> LaunchRole:
-    return LaunchRole(role.value)
-
-
 @dataclass
 class PlanExecutor:
     store: StateStore
-    router: RouterState
+    data_plane: DataPlane
     launcher: Launcher | None
     ops: WorkerOps
     phases: PhaseLog
@@ -78,8 +72,7 @@ class PlanExecutor:
     weights_cpu_backup: bool = False
 
     async def _drain(self, slot: int) -> bool:
-        await migrate_off(self.router, slot)
-        drained = await wait_drained(self.router, slot, self.deadlines.drain_s)
+        drained = await self.data_plane.drain(slot, self.deadlines.drain_s)
         if not drained:
             log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
         return drained
@@ -95,7 +88,7 @@ class PlanExecutor:
             await self.launcher.stop(slot)
 
     async def deactivate(self, slot: int, operation: str) -> Event:
-        """Returns the event to apply: WorkerLeft, or WorkerFailed if the process had to go."""
+        """Returns the event to apply: WorkerLeft, or WorkerLost if the process had to go."""
         w = self.store.table.worker(slot)
         async with self.phases.phase(operation, "deactivation"):
             await self._drain(slot)
@@ -111,7 +104,7 @@ class PlanExecutor:
                 except WorkerOpError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
                     await self.kill(slot)
-                    return WorkerFailed(slot)
+                    return WorkerLost(slot)
             if is_registered(w):
                 # The framework owns the process: it leaves PEARL, GPU ids and all.
                 return WorkerUnregistered(slot)
@@ -160,7 +153,7 @@ class PlanExecutor:
 
     async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
         await self.launcher.stop(slot)
-        launched = await self.launcher.launch(LaunchSpec(slot, launch_role(role), gpus, self.launch_version))
+        launched = await self.launcher.launch(LaunchSpec(slot, role, gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port
 
     async def switch(self, slot: int, operation: str) -> Event:
@@ -187,7 +180,7 @@ class PlanExecutor:
             raise ActivationFailed("attached clusters cannot launch workers")
         async with self.phases.phase(operation, "preparation"):
             # A new process holds the launch checkpoint; it then syncs to the latest snapshot.
-            launched = await self.launcher.launch(LaunchSpec(add.slot, launch_role(add.role), add.gpus,
+            launched = await self.launcher.launch(LaunchSpec(add.slot, add.role, add.gpus,
                                                              self.launch_version))
             latest = self.snapshot()
             await sync_worker(self.ops, launched.endpoint, latest, reload=False)
@@ -234,7 +227,7 @@ class PlanExecutor:
         if not events:
             return
         async with self.phases.phase(operation, "finalization"):
-            async with self.router.gate.closed(f"{operation}: admitting {len(events)} worker(s)"):
+            async with self.data_plane.admission_paused(f"{operation}: admitting {len(events)} worker(s)"):
                 await self.store.apply(events)
                 self._forget_failures(events)
 
@@ -261,10 +254,10 @@ class PlanExecutor:
             if isinstance(outcome, BaseException):
                 log.warning("slot %s could not go back to its old role (%s); stopping it", slot, outcome)
                 await self.kill(slot)
-                events.append(WorkerFailed(slot))
+                events.append(WorkerLost(slot))
             else:
                 events.insert(0, outcome)
-        events += [WorkerFailed(s) for s in joining]
+        events += [WorkerLost(s) for s in joining]
         if events:
             await self.store.apply(events)
             self._forget_failures(events)
@@ -279,14 +272,14 @@ class PlanExecutor:
                 and not self.launcher.alive(w.slot)]
         if dead:
             log.warning("slots %s lost their process in a cancelled switch; dropping them", dead)
-            await self.store.apply([WorkerFailed(s) for s in dead])
+            await self.store.apply([WorkerLost(s) for s in dead])
 
     def _forget_failures(self, events: list[Event]) -> None:
         """A slot that now runs a new or restarted process starts with a closed circuit:
         failures counted against the process it replaced say nothing about this one."""
         for e in events:
             if isinstance(e, (WorkerReady, RoleSwitched, SwitchAbandoned)) and e.endpoint:
-                self.router.breakers.success(e.slot)
+                self.data_plane.process_replaced(e.slot)
 
     async def _restore(self, slot: int, now_at: tuple[str, int | None] | None) -> Event:
         """Back to the old role; a start that fails is tried again (up to

@@ -20,7 +20,8 @@ import aiohttp
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
 from pearl_sglang.control.processes import PortPool, ServerProcess, ServerSpec, group_alive, kill_group
 from pearl_sglang.control.start_failures import EngineCannotStart, LaunchError, PortInUse, start_failure
-from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
+from pearl_sglang.core.state import Role
+from pearl_sglang.engine.launch_args import EngineArgs, server_args
 
 __all__ = ["EngineCannotStart", "LaunchError", "PortInUse", "LaunchSpec", "LaunchedWorker", "Launcher",
            "LocalLauncher", "engine_args", "engine_argv", "visible_devices", "wait_healthy"]
@@ -29,7 +30,7 @@ __all__ = ["EngineCannotStart", "LaunchError", "PortInUse", "LaunchSpec", "Launc
 @dataclass(frozen=True)
 class LaunchSpec:
     slot: int
-    role: LaunchRole
+    role: Role
     gpus: tuple[str, ...]
     weight_version: str | None = None
 
@@ -165,7 +166,7 @@ class LocalLauncher:
             raise LaunchError(f"slot {spec.slot} already runs a worker")
         host = self.config.host
         port = self._ports.take(host)
-        bootstrap = self._ports.take(host) if spec.role is not LaunchRole.COLOCATED else None
+        bootstrap = self._ports.take(host) if spec.role is not Role.COLOCATED else None
         self._slot_ports[spec.slot] = (port, bootstrap)
         argv = engine_argv(self.engine, spec, host=host, port=port, bootstrap_port=bootstrap)
         env = {**self.engine.env, "CUDA_VISIBLE_DEVICES": visible_devices(spec.gpus)}

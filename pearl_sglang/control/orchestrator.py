@@ -30,7 +30,6 @@ from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
-from pearl_sglang.control.registration import locked_pd_mode, relaunch_lock
 from pearl_sglang.control.staged_changes import StagedChanges
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
@@ -39,11 +38,13 @@ from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.decision import Decision
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
-    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerFailed,
+    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerLost,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.planner import plan
+from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.step_model import MakespanModel, StepContext, running_turns, step_predictions
@@ -157,12 +158,11 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def _context(self, *, fresh: bool) -> StepContext:
         """Where the rollout step stands: at its start a fresh batch; mid-step the turns
-        each trajectory has done (router telemetry) and the time it has run."""
+        each trajectory has done (the data plane's telemetry) and the time it has run."""
         if fresh or self._last_step_at is None:
             return StepContext(spread=self.spread)
         now = asyncio.get_running_loop().time()
-        telemetry = getattr(self.executor.router, "telemetry", None)
-        done = [t.turns_done for t in telemetry.progress(now)] if telemetry is not None else []
+        done = self.executor.data_plane.turns_done(now)
         profile = self.profile()
         return StepContext(remaining=running_turns(done, profile.B, profile.S), spread=self.spread,
                            elapsed_s=(now - self._last_step_at) * self.config.time_scale)
@@ -221,7 +221,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         for slot in forced:
             log.warning("%s: slot %s not deactivated by its deadline; stopping it", operation, slot)
             await self.executor.kill(slot)
-        events += [WorkerFailed(s) for s in forced if self.store.table.has(s)]
+        events += [WorkerLost(s) for s in forced if self.store.table.has(s)]
         await self.store.apply(events)
         return leaving
 
@@ -382,8 +382,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
-        self.executor.router.utilization.close_step()
-        step = self.executor.router.telemetry.drain().scaled(self.config.time_scale)
+        step = self.executor.data_plane.close_step().scaled(self.config.time_scale)
         if step.turns:
             try:
                 self.tracker = self.tracker.observe(step)
@@ -468,8 +467,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
             self._start_growth(wave, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
-    async def set_pd_mode(self, mode: str) -> dict[str, Any]:
-        """Operator override of the PD mode ("auto", "colocated", "disaggregated"); the
+    async def set_pd_mode(self, mode: PdMode) -> dict[str, Any]:
+        """Operator override of the PD mode (``core.pd_mode``); the
         cluster is re-planned at once and the answer comes when the change is admitted (by
         this call's growth, or by the one of a later event that superseded it)."""
         async with self._lock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pearl_sglang.control.cluster_config import ClusterConfig, fixed_ratio
+from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.decision import Decision, decide
 from pearl_sglang.core.gate import GateDecision
 from pearl_sglang.core.profile import Profile
@@ -26,7 +26,7 @@ def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, 
     decision = decide(profile, budget=budget, current=current if current.total else None,
                       thresholds=config.thresholds, candidates=candidates(model, profile, budget, ctx))
     mode = config.pd_mode
-    ratio = fixed_ratio(mode)
+    ratio = mode.ratio
     if ratio is not None and budget >= 2:
         prefill = min(max(round(budget * ratio[0] / sum(ratio)), 1), budget - 1)
         return replace(decision, choice=Topology.pd(prefill, budget - prefill), reason=f"pd_mode={mode}")

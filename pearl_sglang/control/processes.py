@@ -13,12 +13,13 @@ import random
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from pearl_sglang.clock import WallClock
 
 _PR_SET_PDEATHSIG = 1
 
@@ -198,9 +199,11 @@ class ServerProcess:
             pass
 
 
-def wait_all_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:
-    """Poll every server until healthy; raise with the log of the first that failed."""
-    deadline = time.monotonic() + timeout
+def wait_all_healthy(servers: Sequence[ServerProcess], timeout: float, *, clock: WallClock | None = None) -> None:
+    """Poll every server until healthy; raise with the log of the first that failed. Runs
+    outside the event loop (in a thread), so it waits by blocking on ``clock``."""
+    clock = clock or WallClock()
+    deadline = clock.now() + timeout
     pending = list(servers)
     while pending:
         for server in list(pending):
@@ -208,11 +211,11 @@ def wait_all_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:
                 raise ServerStartError(f"{server.spec.name} exited during start:\n{server.log_tail()}")
             if server.healthy():
                 pending.remove(server)
-        if pending and time.monotonic() > deadline:
+        if pending and clock.now() > deadline:
             names = ", ".join(s.spec.name for s in pending)
             raise ServerStartError(f"not healthy after {timeout:.0f}s: {names}\n{pending[0].log_tail()}")
         if pending:
-            time.sleep(0.5)
+            clock.block(0.5)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ processes. Actors are owned by the controller's Ray driver, so workers go away w
 controller: stopping a worker ends its process group, then kills the actor, and the
 process's parent-death signal follows the actor.
 
-Ray is imported here only; the router imports this module when ``launcher.kind == "ray"``.
+Ray is imported here only; the composition root (``server.compose``) imports this module
+when ``launcher.kind == "ray"``.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
 from pearl_sglang.control.launchers import (LaunchedWorker, LaunchError, LaunchSpec, engine_argv, visible_devices,
                                             wait_healthy)
 from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 
 NODE_RESOURCE = "pearl_node:{node}"
 _STOP_TIMEOUT_S = 30.0
@@ -91,7 +92,7 @@ class WorkerActor:
         if self._proc is not None:
             raise LaunchError(f"slot {spec.slot}: this actor already started a worker")
         host = ray.util.get_node_ip_address()
-        port, *rest = reserve_ports(host, 1 if spec.role is LaunchRole.COLOCATED else 2)
+        port, *rest = reserve_ports(host, 1 if spec.role is Role.COLOCATED else 2)
         bootstrap = rest[0] if rest else None
         # Build the command line here: the node's own interpreter, unless the config names one.
         argv = engine_argv(engine, spec, host=host, port=port, bootstrap_port=bootstrap)

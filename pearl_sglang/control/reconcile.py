@@ -25,7 +25,7 @@ from typing import Any
 
 from pearl_sglang.control.processes import kill_group
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
-from pearl_sglang.core.events import Event, WeightsUpdated, WorkerFailed, apply_all
+from pearl_sglang.core.events import Event, WeightsUpdated, WorkerLost, apply_all
 from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord
 
 log = logging.getLogger("pearl.control")
@@ -59,7 +59,7 @@ async def reconcile(table: StateTable, workers: dict[str, dict[str, Any]], ops: 
         def drop(reason: str) -> None:
             if pid:
                 kill_group(pid)
-            events.append(WorkerFailed(w.slot))
+            events.append(WorkerLost(w.slot))
             out.notes.append(f"slot {w.slot}: {reason}; stopped and freed")
 
         if info is None:

@@ -14,13 +14,12 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from pearl_sglang.control.state_store import StateStore
 from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot, sync_worker
 from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import WorkerRegistered, WorkerUnregistered, WorkerUnregistering
+from pearl_sglang.core.registered import GPU_PREFIX, RegistrationConfig
 from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
-
-GPU_PREFIX = "registered"
+from pearl_sglang.state_store import StateStore
 
 
 class RegistrationError(RuntimeError):
@@ -75,17 +74,6 @@ class WorkerSpec:
             raise ValueError(f"bootstrap port must be in [1, 65535], got {self.bootstrap_port}")
 
 
-@dataclass(frozen=True)
-class RegistrationConfig:
-    startup_timeout_s: float = 600.0  # sglang-router's --worker-startup-timeout-secs
-    poll_interval_s: float = 1.0
-    drain_timeout_s: float = 60.0
-
-    def validate(self) -> None:
-        if not (self.startup_timeout_s > 0 and self.poll_interval_s > 0 and self.drain_timeout_s > 0):
-            raise ValueError("registration timeouts and the poll interval must be positive")
-
-
 Snapshot = Callable[[], "WeightSnapshot | None"]
 Drain = Callable[[int, float], Awaitable[bool]]
 
@@ -97,44 +85,6 @@ def normalize(url: str) -> str:
 def find(table: StateTable, url: str) -> WorkerRecord | None:
     url = normalize(url)
     return next((w for w in table.rollout_workers() if w.endpoint == url), None)
-
-
-def is_registered(w: WorkerRecord) -> bool:
-    return all(g.startswith(f"{GPU_PREFIX}-") for g in w.gpus)
-
-
-@dataclass(frozen=True)
-class ModeLock:
-    """The PD mode the decision engine is held to, and why."""
-
-    pd_mode: str
-    reason: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"pd_mode": self.pd_mode, "reason": self.reason}
-
-
-def relaunch_lock(table: StateTable) -> ModeLock | None:
-    """Registered workers were launched by the framework, so PEARL cannot relaunch them:
-    colocated <-> PD changes are taken out of the candidates and the mode stays that of
-    the registered workers (prefill <-> decode switches and borrowing stay in place).
-    Pure: no I/O."""
-    registered = [w for w in table.rollout_workers() if is_registered(w)]
-    if not registered:
-        return None
-    pd = any(w.intended_role in (Role.PREFILL, Role.DECODE) for w in registered)
-    mode = "disaggregated" if pd else "colocated"
-    return ModeLock(pd_mode=mode, reason=f"{len(registered)} registered worker(s) cannot be relaunched: "
-                                         f"colocated <-> PD changes are excluded, the mode stays {mode}")
-
-
-def locked_pd_mode(configured: str, lock: ModeLock | None) -> str:
-    """The configured PD mode, unless it would need relaunching registered workers."""
-    if lock is None:
-        return configured
-    if lock.pd_mode == "colocated":
-        return "colocated"
-    return configured if configured not in ("auto", "colocated") else "disaggregated"
 
 
 def capabilities(given: Capabilities, info: dict) -> Capabilities:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs
 from pearl_sglang.control.weights import WeightSnapshot, from_disk, push_to_workers, sync_worker
-from pearl_sglang.core.events import Event, WeightsUpdated, WorkerFailed, WorkerReady
+from pearl_sglang.core.events import Event, WeightsUpdated, WorkerLost, WorkerReady
 
 if TYPE_CHECKING:
     from pearl_sglang.control.orchestrator import Orchestrator
@@ -55,7 +55,7 @@ class WeightPushes:
                                  "/pearl/state)")
         push = (from_disk(self.executor.ops, snapshot) if tensors is None
                 else self.groups.pusher(snapshot.group or "", tensors, snapshot.version, workers))
-        with self.executor.router.breakers.planned_pause(w.slot for w in workers):
+        with self.executor.data_plane.planned_pause(w.slot for w in workers):
             results = await push_to_workers([w.endpoint for w in workers], push)
         answer = {str(w.slot): r for w, r in zip(workers, results)}
         ok = tuple(w.slot for w, r in zip(workers, results) if r == "ok")
@@ -93,7 +93,7 @@ class WeightPushes:
             stale = [w.slot for w in self.store.table.active() if not self.pushes.servable(w.weight_version)]
             if not stale:
                 return
-            await self.store.apply([WorkerFailed(s) for s in stale])
+            await self.store.apply([WorkerLost(s) for s in stale])
             for s in stale:
                 await self.executor.kill(s)
             await self._regrow("weights_repair", "weights_repair", borrow=self.borrowing)

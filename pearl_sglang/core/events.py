@@ -14,7 +14,7 @@ Lifecycle of a rollout worker::
     ACTIVE/JOINING/SWITCHING --BeginPlan remove, GpusLeave, TrainBegin--> LEAVING
     LEAVING --WorkerLeft--> empty slot (dedicated) or INACTIVE (overlap: process kept)
     INACTIVE --BeginPlan add (retained)--> JOINING
-    any --WorkerFailed--> empty slot
+    any --WorkerLost--> empty slot
 
 When an update leaves active prefill workers without active decode workers (or the
 reverse), those orphans are *held*: SWITCHING to their own role, out of routing, still
@@ -90,7 +90,11 @@ class WorkerLeft:
 
 
 @dataclass(frozen=True)
-class WorkerFailed:
+class WorkerLost:
+    """The worker's process is gone or had to be stopped (it crashed, could not release its
+    memory, or could not go back to its old role): its slot empties. The router's
+    ``WorkerFailed`` is another thing, one request's failure on a worker that may live on."""
+
     slot: int
 
 
@@ -129,13 +133,13 @@ class WeightsUpdated:
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              SwitchAbandoned, WorkerLeft, WorkerFailed, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
+              SwitchAbandoned, WorkerLeft, WorkerLost, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
               WorkerUnregistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
 # lone admitted prefill worker is a caller error and fails the invariant check instead.
-_SHRINKING = (GpusLeave, TrainBegin, WorkerFailed, BeginPlan, SwitchAbandoned, WorkerUnregistering,
+_SHRINKING = (GpusLeave, TrainBegin, WorkerLost, BeginPlan, SwitchAbandoned, WorkerUnregistering,
               WorkerUnregistered)
 
 
@@ -185,7 +189,7 @@ def _step(t: StateTable, e: Event) -> StateTable:
         w = _expect(t, e.slot, Activity.LEAVING)
         t = t.drop(w.slot) if w.zone is Zone.DEDICATED else t.put(replace(w, activity=Activity.INACTIVE))
         return _settle_return(t)
-    if isinstance(e, WorkerFailed):
+    if isinstance(e, WorkerLost):
         w = t.worker(e.slot)
         if not w.is_rollout:
             raise InvalidTransition(f"slot {w.slot} is a training worker; training failures are not rollout events")

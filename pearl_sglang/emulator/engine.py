@@ -24,7 +24,7 @@ from ..clock import Clock
 from .control import ControlMixin, Op
 from .pd_side import PDMixin
 from .prefix_cache import PrefixCache
-from .profile import Profile
+from .profile import PerformanceModel
 from .request import FinishReason, GenerateRequest, RequestHandle, RequestRejected, Role, Stage
 from .pd import KVSink, Rendezvous
 from .scheduler import Iteration, Req, Scheduler
@@ -74,7 +74,7 @@ class EngineConfig:
 
 
 class Engine(ControlMixin, PDMixin):
-    def __init__(self, *, profile: Profile, clock: Clock, config: EngineConfig = EngineConfig(),
+    def __init__(self, *, profile: PerformanceModel, clock: Clock, config: EngineConfig = EngineConfig(),
                  rendezvous: Optional[Rendezvous] = None,
                  stop_text: Optional[Callable[[list[int]], str]] = None) -> None:
         config.validate()

@@ -15,7 +15,7 @@ from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSp
 from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
 from pearl_sglang.emulator.server import Worker, build_worker, start
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 
 
 _BIND_ATTEMPTS = 5
@@ -59,7 +59,7 @@ class InProcessEmulatorLauncher:
             raise LaunchError(f"slot {spec.slot} already runs a worker")
         for attempt in range(_BIND_ATTEMPTS):
             port = self._ports.take(self.host)
-            bootstrap = self._ports.take(self.host) if spec.role is not LaunchRole.COLOCATED else None
+            bootstrap = self._ports.take(self.host) if spec.role is not Role.COLOCATED else None
             args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
             worker = build_worker(args)
             cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start

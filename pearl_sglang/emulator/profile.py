@@ -71,7 +71,12 @@ class Lifecycle:
 
 
 @dataclass(frozen=True)
-class Profile:
+class PerformanceModel:
+    """An emulated worker as a performance model: what it serves on (model, hardware, TP),
+    what it holds (token and request capacities), what each iteration costs (``cost``) and
+    how long control operations take (``lifecycle``). A profile file holds one; the
+    decision engine's paper-symbol ``core.profile.Profile`` is another thing."""
+
     name: str
     model: str
     hardware: str
@@ -124,16 +129,16 @@ class Profile:
             done += n
         return tokens / total
 
-    def replace(self, **changes: object) -> "Profile":
+    def replace(self, **changes: object) -> "PerformanceModel":
         return dataclasses.replace(self, **changes)
 
 
-def _from_dict(data: dict) -> Profile:
+def _from_dict(data: dict) -> PerformanceModel:
     try:
         body = {k: v for k, v in data.items() if not k.startswith("_")}
         cost = CostModel(**body.pop("cost"))
         life = Lifecycle(**body.pop("lifecycle"))
-        profile = Profile(cost=cost, lifecycle=life, **body)
+        profile = PerformanceModel(cost=cost, lifecycle=life, **body)
     except (KeyError, TypeError) as e:
         raise ProfileError(f"malformed profile: {e}") from e
     profile.validate()
@@ -144,7 +149,7 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
 
 
-def load_profile(name_or_path: str) -> Profile:
+def load_profile(name_or_path: str) -> PerformanceModel:
     """Load a bundled profile by name (``qwen3-8b-h800-tp2``) or a JSON file by path."""
     path = Path(name_or_path)
     if not path.suffix:

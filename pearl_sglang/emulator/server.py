@@ -19,7 +19,7 @@ from aiohttp import web
 from .codec import ModelMeta, TextCodec
 from .config import EmulatorArgs
 from .engine import Engine
-from .profile import Profile, load_profile
+from .profile import PerformanceModel, load_profile
 from .request import Role
 
 
@@ -121,7 +121,7 @@ class Worker:
     """Everything the handlers share (one per app)."""
 
     args: EmulatorArgs
-    profile: Profile
+    profile: PerformanceModel
     engine: Engine
     codec: TextCodec
     meta: ModelMeta
@@ -150,7 +150,7 @@ class Worker:
 WORKER = web.AppKey("worker", Worker)
 
 
-def build_worker(args: EmulatorArgs, *, profile: Optional[Profile] = None) -> Worker:
+def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = None) -> Worker:
     from .http_bootstrap import HttpRendezvous
     profile = profile or load_profile(args.profile)
     meta = ModelMeta.load(args.model_path)

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from ..clock import ManualClock
 from .engine import Engine, EngineConfig
 from .pd import PDRegistry
-from .profile import Profile
+from .profile import PerformanceModel
 
 
 class VirtualCluster:
@@ -26,7 +26,7 @@ class VirtualCluster:
         self._seq = itertools.count()
         self._pushed: dict[int, float] = {}
 
-    def add_engine(self, profile: Profile, config: EngineConfig = EngineConfig(),
+    def add_engine(self, profile: PerformanceModel, config: EngineConfig = EngineConfig(),
                    **kwargs: object) -> Engine:
         engine = Engine(profile=profile, clock=self.clock, config=config,
                         rendezvous=self.registry, **kwargs)

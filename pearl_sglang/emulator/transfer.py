@@ -4,7 +4,7 @@ A prefill worker sends each finished request's KV to its decode worker over one 
 of the profile's bandwidth.  Concurrent transfers share it equally (processor sharing),
 which is how many flows through one NIC behave to first order.  The fixed per-transfer
 latency is charged as extra bytes at full bandwidth, so an uncontended transfer takes
-exactly ``Profile.kv_transfer_s``.  Pure: times are passed in.
+exactly ``PerformanceModel.kv_transfer_s``.  Pure: times are passed in.
 """
 from __future__ import annotations
 

@@ -11,13 +11,8 @@ tests and the emulator (which accepts the same flags) agree. Facts encoded here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
-
-class LaunchRole(str, Enum):
-    COLOCATED = "colocated"
-    PREFILL = "prefill"
-    DECODE = "decode"
+from pearl_sglang.core.state import ROLLOUT_ROLES, Role
 
 
 @dataclass(frozen=True)
@@ -50,7 +45,7 @@ class EngineArgs:
 def server_args(
     engine: EngineArgs,
     *,
-    role: LaunchRole,
+    role: Role,
     host: str,
     port: int,
     bootstrap_port: int | None = None,
@@ -58,6 +53,8 @@ def server_args(
 ) -> list[str]:
     """The argument list after ``python -m sglang.launch_server``."""
     engine.validate()
+    if role not in ROLLOUT_ROLES:
+        raise ValueError(f"a {role.value} GPU runs no rollout worker")
     args = ["--model-path", engine.model_path, "--host", host, "--port", str(port)]
     if engine.tp_size != 1:
         args += ["--tp-size", str(engine.tp_size)]
@@ -77,7 +74,7 @@ def server_args(
         args.append("--enable-weights-cpu-backup")
     if weight_version is not None:
         args += ["--weight-version", weight_version]
-    if role is not LaunchRole.COLOCATED:
+    if role is not Role.COLOCATED:
         if bootstrap_port is None:
             raise ValueError(f"a {role.value} worker needs a bootstrap port")
         args += [

@@ -7,6 +7,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from pearl_sglang.core.registered import is_registered, relaunch_lock
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.errors import ServiceUnavailable, WorkerError
 from pearl_sglang.router.state import ROUTER
@@ -153,8 +154,6 @@ def _critical_path(st) -> dict:
 def _registered(st) -> dict:
     """Workers registered through the worker API, and which changes PEARL will not make to
     them (they need a relaunch, and PEARL did not launch them)."""
-    from pearl_sglang.control.registration import is_registered, relaunch_lock
-
     lock = relaunch_lock(st.store.table)
     return {"slots": [w.slot for w in st.store.table.rollout_workers() if is_registered(w)],
             "excluded_changes": (["colocated <-> PD (needs a relaunch)"] if lock else []),

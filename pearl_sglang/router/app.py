@@ -1,8 +1,9 @@
-"""Build the router's aiohttp application over a state store.
+"""Build the router's aiohttp application (the data path) over a state store.
 
 The application owns one ``ClientSession`` (created and closed by ``cleanup_ctx``), the
-dispatcher and the health probe task. The control plane (when present) shares the same
-``StateStore``: the router reads the table from it on every request.
+dispatcher and the health probe task. A control plane, when the composition root
+(``pearl_sglang.server``) adds one, shares the same ``StateStore``: the router reads the
+table from it on every request, and reads the rest through ``RouterState.control``.
 """
 from __future__ import annotations
 
@@ -14,30 +15,18 @@ from typing import AsyncIterator, Callable
 import aiohttp
 from aiohttp import web
 
-from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.executor import PlanExecutor
-from pearl_sglang.control.launchers import Launcher, LocalLauncher
-from pearl_sglang.control.orchestrator import Orchestrator
-from pearl_sglang.control.persistence import StateFile
-from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.control.registration import Registrar
-from pearl_sglang.control.state_store import StateStore
-from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.router import admin_routes, engine_control_routes, inference_routes, worker_api
+from pearl_sglang.clock import Clock, LoopClock
+from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.connections import ConnectionGuard
-from pearl_sglang.router.control_routes import add_control_routes
 from pearl_sglang.router.dispatch import Completed, Dispatcher
-from pearl_sglang.router.drain import migrate_off, wait_drained
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
 from pearl_sglang.router.inflight import InFlightRegistry
 from pearl_sglang.router.metrics import RouterMetrics
-from pearl_sglang.router.middleware import (
-    ADMIN, INFERENCE, PUBLIC, auth_middleware, errors_middleware,
-)
+from pearl_sglang.router.middleware import auth_middleware, errors_middleware
 from pearl_sglang.core.placement import CostRates
 from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.load_probe import load_probe_loop
@@ -47,24 +36,7 @@ from pearl_sglang.router.stragglers import isolation_for, no_isolation
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
-
-LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
-PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
-ADMIN_PREFIXES = ("/pearl/", "/flush_cache", "/train_begin", "/train_finished", "/update_weights")
-
-
-def access_class(request: web.Request) -> str:
-    path = request.path
-    if path in PUBLIC_PATHS:
-        return PUBLIC
-    if path in engine_control_routes.PATHS:
-        # Open as on an SGLang server unless an admin token is set (AReaL sends none).
-        return ADMIN if request.app[ROUTER].config.security.admin_token else INFERENCE
-    if path.startswith(ADMIN_PREFIXES):
-        return ADMIN
-    if path.startswith(worker_api.PATHS) and request.app[ROUTER].config.security.admin_token:
-        return ADMIN  # without an admin token, open like sglang-router's (API key if set)
-    return INFERENCE
+from pearl_sglang.state_store import StateStore
 
 
 @web.middleware
@@ -140,64 +112,6 @@ def _on_stall(st: RouterState):
     return on_stall
 
 
-def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory,
-                 given_state_file: StateFile | None):
-    """Build the control plane once the application's session exists; bootstrap the
-    cluster in the background (the router serves while workers start)."""
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        launcher = launcher_factory(cluster, st.session)
-        phases = PhaseLog(on_record=lambda r: st.metrics.reconfig_seconds.labels(r.operation, r.phase)
-                          .observe(r.seconds))
-        executor = PlanExecutor(store=st.store, router=st, launcher=launcher, ops=WorkerOps(st.session),
-                                phases=phases, deadlines=cluster.deadlines,
-                                snapshot=lambda: st.control.snapshot,
-                                launch_version=cluster.engine.weight_version,
-                                weights_cpu_backup=cluster.engine.weights_cpu_backup)
-        state_file = given_state_file or (StateFile(cluster.state_dir) if cluster.state_dir else None)
-        st.control = Orchestrator(config=cluster, executor=executor, state_file=state_file,
-                                  on_decision=lambda d: st.metrics.decisions
-                                  .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
-        boot = asyncio.ensure_future(st.control.start())
-        yield
-        boot.cancel()
-        await asyncio.gather(boot, return_exceptions=True)
-        await st.control.shutdown()
-        stop_all = getattr(launcher, "stop_all", None)
-        if stop_all is not None:
-            await stop_all()
-            if state_file is not None:
-                state_file.path.unlink(missing_ok=True)  # an orderly stop leaves nothing to recover
-        if state_file is not None:
-            state_file.close()
-
-    return ctx
-
-
-def _registrar(app: web.Application) -> Registrar:
-    """Registered workers sync to the control plane's latest snapshot (none in attach
-    mode) and drain through the dispatcher's migration."""
-    st = app[ROUTER]
-
-    async def drain(slot: int, timeout_s: float) -> bool:
-        await migrate_off(st, slot)
-        return await wait_drained(st, slot, timeout_s)
-
-    return Registrar(store=st.store, ops=WorkerOps(st.session),
-                     snapshot=lambda: st.control.snapshot if st.control is not None else None,
-                     drain=drain, config=st.config.registration)
-
-
-def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> Launcher:
-    """Processes on this host, or Ray actors; with a state dir, workers outlive a crashed
-    router so that the restarted one can adopt them."""
-    if cluster.launcher.kind == "ray":
-        from pearl_sglang.control.ray_launcher import RayLauncher
-
-        return RayLauncher(cluster.engine, cluster.launcher, session)
-    return LocalLauncher(cluster.engine, cluster.launcher, session, outlive=cluster.state_dir is not None)
-
-
 class _ProfileRates:
     """The cost policy's rates from the control plane's current profile (fitted by
     telemetry), so placement and the decision engine use the same numbers. Without a
@@ -228,16 +142,17 @@ class _ProfileRates:
         return self._rates
 
 
-def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
-              launcher_factory: LauncherFactory = local_launcher,
-              transport_factory: TransportFactory = HttpTransport,
-              state_file: StateFile | None = None) -> web.Application:
-    """``state_file``: the crash-safe record, already locked by the caller (the CLI takes the
-    lock before serving so that a second router on the same directory fails at once);
-    without it, one is opened from ``cluster.state_dir``."""
+def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[web.Request], str],
+                 transport_factory: TransportFactory = HttpTransport, default_routing: str | None = None,
+                 wait_for_workers: bool = False, clock: Clock | None = None) -> web.Application:
+    """``access`` classes each request for the auth middleware (public, inference or admin);
+    ``default_routing``: the cluster's routing policy, unless the router's flag names one;
+    ``wait_for_workers``: requests wait for a first worker (a launched cluster is starting)
+    rather than fail at once. ``clock``: the event loop's unless given."""
     config.validate()
-    routing = config.routing_policy or (cluster.routing_policy if cluster is not None else None) or "cost"
-    utilization = Utilization(clock=lambda: asyncio.get_running_loop().time())
+    routing = config.routing_policy or default_routing or "cost"
+    clock = clock or LoopClock()
+    utilization = Utilization(clock=clock.now)
     inflight = InFlightRegistry(on_count=utilization.occupancy)
     st = RouterState(
         config=config, store=store,
@@ -245,16 +160,17 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
                           rates=lambda: rates()),
         inflight=inflight, loads=LoadModel(inflight, report_ttl_s=max(5.0, 3 * config.load_poll_interval_s)),
         gate=AdmissionGate(max_waiting=config.admission_max_waiting, wait_timeout_s=config.admission_wait_s),
-        breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s),
+        breakers=CircuitBreakers(failures_to_open=config.failures_to_open, cooldown_s=config.breaker_cooldown_s,
+                                 clock=clock),
         metrics=RouterMetrics(lambda: store.table, utilization.current_totals,
                               lambda: st.control.prediction_state() if st.control is not None else None),
-        telemetry=TelemetryCollector(), utilization=utilization, streams_by_client={},
+        telemetry=TelemetryCollector(), utilization=utilization, clock=clock, streams_by_client={},
         connections=ConnectionGuard(config.connections))
     app = web.Application(
         client_max_size=config.limits.max_body_bytes,
         middlewares=[_count_requests, errors_middleware,
                      auth_middleware(admin_token=config.security.admin_token,
-                                     api_key=config.security.api_key, access=access_class)])
+                                     api_key=config.security.api_key, access=access)])
     app[ROUTER] = st
     rates = _ProfileRates(st)
 
@@ -266,14 +182,14 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
             on_worker_failure=_on_failure(st), on_worker_stalled=_on_stall(st),
             on_complete=_record_completion(st, rates), loads=st.loads,
-            wait_for_workers=cluster is not None,
+            wait_for_workers=wait_for_workers,
             on_turn_start=st.telemetry.turn_began, on_turn_end=st.telemetry.turn_left,
             isolation=(isolation_for(st.telemetry, share=config.straggler_share,
                                      config=IsolationConfig(tail_share=config.straggler_tail_share,
                                                            weight=config.straggler_isolation_weight))
                        if config.straggler_isolation else no_isolation))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
-                                                 timeout_s=min(20.0, config.timeouts.chunk_s)))
+                                                 timeout_s=min(20.0, config.timeouts.chunk_s), clock=clock))
         load_probe = (asyncio.ensure_future(load_probe_loop(st.session, store, st.loads, config.load_poll_interval_s))
                       if config.load_poll_interval_s > 0 else None)
         st.client_watch = ClientWatch(config.client_check_s)
@@ -287,12 +203,6 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)
-    if cluster is not None:
-        app.cleanup_ctx.append(_control_ctx(st, cluster, launcher_factory, state_file))
-    app.cleanup_ctx.append(worker_api.worker_api_ctx(_registrar))
-    add_control_routes(app)
-    engine_control_routes.add_engine_control_routes(app)
-    worker_api.add_worker_routes(app)
     r = app.router
     r.add_post("/generate", inference_routes.generate)
     r.add_put("/generate", inference_routes.generate)

@@ -6,7 +6,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 
-from pearl_sglang.control.registration import RegistrationConfig
+from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.router.connections import ConnectionLimits
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (

@@ -36,15 +36,15 @@ async def wait_drained(st: RouterState, slot: int, timeout_s: float, resend_s: f
     """Wait until no item is on ``slot``; False if the deadline passed first. An abort that
     reaches a worker before the request it names is ignored (the worker does not know the
     rid yet), so aborts are sent again to whatever is still there every ``resend_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    next_resend = loop.time() + resend_s
+    clock = st.clock
+    deadline = clock.now() + timeout_s
+    next_resend = clock.now() + resend_s
     while st.inflight.on_slot(slot):
-        now = loop.time()
+        now = clock.now()
         if now >= deadline:
             return False
         if now >= next_resend:
             await migrate_off(st, slot)
-            next_resend = loop.time() + resend_s
-        await asyncio.sleep(0.01)
+            next_resend = clock.now() + resend_s
+        await clock.sleep(0.01)
     return True

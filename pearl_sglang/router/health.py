@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import aiohttp
 
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.clock import Clock, LoopClock
+from pearl_sglang.state_store import StateStore
 
 log = logging.getLogger("pearl.router.health")
-
-
-def _now() -> float:
-    """The event loop's clock (virtual in replays); monotonic time outside a loop."""
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:
-        return time.monotonic()
 
 
 @dataclass
 class CircuitBreakers:
     failures_to_open: int = 3
     cooldown_s: float = 30.0
+    clock: Clock = field(default_factory=LoopClock)
     _failures: dict[int, int] = field(default_factory=dict)
     _open_until: dict[int, float] = field(default_factory=dict)
     _paused: dict[int, int] = field(default_factory=dict)
@@ -56,7 +49,7 @@ class CircuitBreakers:
         return slot in self._paused
 
     def failure(self, slot: int, now: float | None = None) -> None:
-        now = _now() if now is None else now
+        now = self.clock.now() if now is None else now
         self._failures[slot] = self._failures.get(slot, 0) + 1
         if self._failures[slot] >= self.failures_to_open:
             if slot not in self._open_until or self._open_until[slot] <= now:
@@ -66,7 +59,7 @@ class CircuitBreakers:
     def trip(self, slot: int, now: float | None = None) -> None:
         """Open the circuit at once: the worker hung under a request (a stall is not a
         blip that a retry may clear)."""
-        now = _now() if now is None else now
+        now = self.clock.now() if now is None else now
         self._failures[slot] = max(self._failures.get(slot, 0), self.failures_to_open)
         if slot not in self._open_until or self._open_until[slot] <= now:
             log.warning("circuit open for worker slot %s (stalled)", slot)
@@ -77,16 +70,16 @@ class CircuitBreakers:
         self._open_until.pop(slot, None)
 
     def open_slots(self, now: float | None = None) -> set[int]:
-        now = _now() if now is None else now
+        now = self.clock.now() if now is None else now
         return {slot for slot, until in self._open_until.items() if until > now}
 
 
 async def probe_loop(session: aiohttp.ClientSession, store: StateStore, breakers: CircuitBreakers,
-                     interval_s: float, timeout_s: float = 20.0) -> None:
+                     interval_s: float, timeout_s: float = 20.0, *, clock: Clock) -> None:
     """Probe every ACTIVE worker each ``interval_s``, all at once: one hung worker must not
     delay the verdict on the others."""
     while True:
-        await asyncio.sleep(interval_s)
+        await clock.sleep(interval_s)
         workers = [w for w in store.table.active() if w.endpoint]
         await asyncio.gather(*(_probe(session, w, breakers, timeout_s) for w in workers))
 

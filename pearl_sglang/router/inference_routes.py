@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import secrets
-import time
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable
 from urllib.parse import urlparse
@@ -72,7 +71,7 @@ class _StreamSlot:
 
 async def generate(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
-    started = time.monotonic()
+    started = st.clock.now()
     body, ids_text = await read_generate_json(request)
     call = parse_generate(body, st.config.limits, ids_text)
     busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
@@ -97,7 +96,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     except WorkerRejected as e:
         return _rejected(e)
     finally:
-        st.metrics.latency.labels("generate").observe(time.monotonic() - started)
+        st.metrics.latency.labels("generate").observe(st.clock.now() - started)
 
 
 _TURN = re.compile(r"[0-9]{1,9}")
@@ -281,7 +280,7 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
                                                cap=st.config.limits.max_new_tokens)
     item = GenerateItem(index=0, rid=rid, text=None, input_ids=tuple(ids), sampling=sampling)
     renderer = openai_generate.Renderer(
-        rid=rid, model=body.get("model") or "default", created=int(time.time()), chat=chat,
+        rid=rid, model=body.get("model") or "default", created=int(st.clock.epoch()), chat=chat,
         include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
     run = openai_dispatch.whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
                                                             client_stream_interval=1 if stream else None),

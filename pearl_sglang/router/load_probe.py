@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.router.load import LoadModel
 
 

@@ -2,7 +2,7 @@
 against PEARL as AReaL's one server address, over emulated engines behind it.
 
 AReaL sends its pause, weight update and continue to the same address as ``/generate``;
-PEARL answers them as PEARL-level operations (pearl_sglang/router/engine_control_routes.py):
+PEARL answers them as PEARL-level operations (pearl_sglang/server/engine_control_routes.py):
 the pause aborts the requests in flight (each returns its partial output, which AReaL
 resubmits after the pause) and holds new ones, the weight update goes through the control
 plane to every worker, and the resubmission runs on the new weights."""

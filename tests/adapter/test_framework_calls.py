@@ -17,7 +17,7 @@ import pytest
 
 from pearl_rl_adapter.shims.roll import patch_sglang_router
 from pearl_rl_adapter.shims.router_abort import abort_through_router
-from pearl_sglang.control.registration import RegistrationConfig
+from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.state import ROUTER
 from tests.adapter import framework_calls as fc

@@ -14,7 +14,7 @@ from tests.conformance.test_control import Background, wait_running
 from tests.support.http import get, post
 from tests.support.workers import START_TIMEOUT_S, Worker, WorkerLauncher
 from pearl_sglang.control.processes import wait_all_healthy
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from tests.conftest import WORKER_KINDS
 
 pytestmark = pytest.mark.realsglang
@@ -34,7 +34,7 @@ MODES = {"high_first": ("--enable-priority-scheduling",),
 def priority_workers(request, tiny_model_dir, tmp_path_factory):
     launcher = WorkerLauncher(request.param, tmp_path_factory.mktemp(f"logs-priority-{request.param}"))
     try:
-        servers = {mode: launcher.start(f"priority-{mode}", tiny_model_dir, LaunchRole.COLOCATED,
+        servers = {mode: launcher.start(f"priority-{mode}", tiny_model_dir, Role.COLOCATED,
                                         extra=flags + ONE_AT_A_TIME)
                    for mode, flags in MODES.items()}
         wait_all_healthy(list(servers.values()), timeout=START_TIMEOUT_S)

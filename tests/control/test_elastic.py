@@ -218,7 +218,7 @@ async def test_in_process_launch_chooses_another_port_when_its_port_was_taken(ti
 
     from pearl_sglang.control.launchers import LaunchSpec
     from pearl_sglang.control.processes import PortPool, free_port
-    from pearl_sglang.engine.launch_args import LaunchRole
+    from pearl_sglang.core.state import Role
 
     busy = socket.socket()
     busy.bind(("127.0.0.1", 0))
@@ -229,7 +229,7 @@ async def test_in_process_launch_chooses_another_port_when_its_port_was_taken(ti
     config = cluster_config(tiny_model_dir, dedicated=1, overlap=0)
     launcher = InProcessEmulatorLauncher(config.engine)
     try:
-        launched = await launcher.launch(LaunchSpec(slot=0, gpus=("d0:0",), role=LaunchRole.COLOCATED))
+        launched = await launcher.launch(LaunchSpec(slot=0, gpus=("d0:0",), role=Role.COLOCATED))
         assert not launched.endpoint.endswith(f":{taken}")
         async with httpx.AsyncClient(timeout=30) as c:
             assert (await c.get(launched.endpoint + "/health")).status_code == 200

@@ -34,6 +34,14 @@ def test_every_example_loads_with_its_starting_profile(path):
     assert set(raw["profile"]) == {f.name for f in fields(Profile)}
 
 
+def test_deadlines_that_nothing_enforces_are_refused_by_name():
+    # A join answers when its growth ends and the admission pause is bounded by the router's
+    # --admission-wait-s: a deadline for either would be a promise the code does not keep.
+    for key in ("join_s", "admission_pause_s"):
+        with pytest.raises(ConfigError, match=f"unknown key.*{key}"):
+            ClusterConfig.from_mapping({**yaml.safe_load(EXAMPLES[0].read_text()), "deadlines": {key: 30}})
+
+
 def test_the_docstring_example_loads():
     block = re.search(r"::\n\n((?:    .*\n|\n)+)", cluster_config.__doc__).group(1)
     config = ClusterConfig.from_mapping(yaml.safe_load(block))

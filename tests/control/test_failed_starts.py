@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 
@@ -53,7 +53,7 @@ async def test_a_growth_stopped_by_a_failed_start_is_replanned_without_another_c
 
 async def test_pd_mode_whose_topology_cannot_start_answers_an_error(tiny_model_dir):
     config = fast_backoff(cluster_config(tiny_model_dir, dedicated=3, overlap=0))
-    async with running_cluster(config, launcher_factory=failing(lambda s: s.role is not LaunchRole.COLOCATED)) as c:
+    async with running_cluster(config, launcher_factory=failing(lambda s: s.role is not Role.COLOCATED)) as c:
         assert c.table.active_topology().total == 3
         r = await c.client.post(c.url + "/pearl/pd_mode", json={"pd_mode": "disaggregated"}, headers=c.auth)
         assert r.status_code == 503, r.text

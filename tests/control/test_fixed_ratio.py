@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.control.cluster_config import ConfigError, fixed_ratio
+from pearl_sglang.control.cluster_config import ConfigError
 from pearl_sglang.control.policy import target_topology
+from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.core.topology import Topology
@@ -12,9 +14,12 @@ from tests.control.conftest import PROFILE, cluster_config
 
 
 def test_fixed_ratio_parses_positive_pairs_only():
-    assert fixed_ratio("3:5") == (3, 5)
-    for bad in ("0:3", "3:0", "a:b", "3:", ":3", "3:5:1", "-1:2", "auto", "disaggregated"):
-        assert fixed_ratio(bad) is None, bad
+    assert PdMode("3:5").ratio == (3, 5)
+    for named in ("auto", "colocated", "disaggregated"):
+        assert PdMode(named).ratio is None and PdMode(named) == named
+    for bad in ("0:3", "3:0", "a:b", "3:", ":3", "3:5:1", "-1:2", "pd", "", None, 3):
+        with pytest.raises(InvalidConfig, match="pd_mode"):
+            PdMode(bad)
 
 
 @pytest.mark.parametrize("mode", ["2:0", "x:y", "pd"])

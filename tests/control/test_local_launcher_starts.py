@@ -15,7 +15,7 @@ import pytest
 from pearl_sglang.control.launchers import EngineCannotStart, LaunchSpec, LocalLauncher, PortInUse
 from pearl_sglang.control.processes import PortPool, free_port, listen_ports
 from pearl_sglang.control.start_failures import start_failure
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,7 +54,7 @@ async def test_a_worker_that_logs_a_taken_port_and_stays_alive_fails_fast(tiny_m
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(PortInUse, match="address already in use"):
-            await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("d0:0",)))
+            await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("d0:0",)))
         assert loop.time() - started < 20  # three attempts, not three start timeouts
         assert launcher.launches == 3 and launcher.slots() == ()
 
@@ -66,7 +66,7 @@ async def test_an_emulated_worker_whose_port_is_held_starts_on_another_port(tiny
         async with aiohttp.ClientSession() as session:
             launcher = launcher_for(cluster_config(tiny_model_dir), session, tmp_path)
             try:
-                launched = await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("d0:0",)))
+                launched = await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("d0:0",)))
                 assert not launched.endpoint.endswith(f":{taken}") and launcher.launches == 2
                 async with session.get(launched.endpoint + "/health") as r:
                     assert r.status == 200
@@ -82,7 +82,7 @@ async def test_memory_saver_without_cuda_says_what_to_change(tiny_model_dir, tmp
     async with aiohttp.ClientSession() as session:
         launcher = launcher_for(cluster_config(tiny_model_dir), session, tmp_path, python=python, memory_saver=True)
         with pytest.raises(EngineCannotStart, match="engine.memory_saver: false"):
-            await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("d0:0",)))
+            await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("d0:0",)))
         assert launcher.launches == 1
 
 

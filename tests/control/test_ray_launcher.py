@@ -17,7 +17,6 @@ from pearl_sglang.control.cluster_config import LauncherConfig
 from pearl_sglang.control.launchers import LaunchError, LaunchSpec
 from pearl_sglang.control import ray_launcher as ray_launcher_module
 from pearl_sglang.control.ray_launcher import RayLauncher, reserve_ports
-from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config, running_cluster
 
@@ -127,9 +126,9 @@ async def test_a_worker_that_dies_during_start_fails_with_its_log(ray_cluster, t
     async with aiohttp.ClientSession() as session:
         launcher = RayLauncher(engine, LauncherConfig(kind="ray", log_dir=str(tmp_path)), session)
         with pytest.raises(LaunchError, match="one worker's GPUs must share a node"):
-            await launcher.launch(LaunchSpec(slot=0, role=LaunchRole.COLOCATED, gpus=("d0:0", "d1:0")))
+            await launcher.launch(LaunchSpec(slot=0, role=Role.COLOCATED, gpus=("d0:0", "d1:0")))
         with pytest.raises(LaunchError, match="exited during start") as failed:
-            await launcher.launch(LaunchSpec(slot=0, role=LaunchRole.COLOCATED, gpus=("d0:3",)))
+            await launcher.launch(LaunchSpec(slot=0, role=Role.COLOCATED, gpus=("d0:3",)))
         assert "no-such-profile" in str(failed.value)  # the tail of the worker's log, read on its node
         assert launcher.slots() == () and launcher.launches == 1
     await eventually(lambda: not named_workers())

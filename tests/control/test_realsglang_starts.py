@@ -15,7 +15,7 @@ from pearl_sglang.control.cluster_config import ConfigError
 from pearl_sglang.control.launchers import EngineCannotStart, LaunchSpec, LocalLauncher
 from pearl_sglang.control.processes import PortPool, free_port
 from pearl_sglang.core.state import Zone
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from tests.control.conftest import PROFILE, running_cluster
 from tests.control.test_realsglang import real_config
 
@@ -38,7 +38,7 @@ async def test_a_real_worker_whose_port_another_process_holds_starts_on_another_
             loop = asyncio.get_running_loop()
             started = loop.time()
             try:
-                launched = await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("d0:0",)))
+                launched = await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("d0:0",)))
                 elapsed = loop.time() - started
                 assert launcher.launches == 2 and not launched.endpoint.endswith(f":{taken}")
                 async with session.post(launched.endpoint + "/generate", json={
@@ -59,7 +59,7 @@ async def test_the_memory_saver_on_a_cpu_build_says_what_to_change(tiny_model_di
         launcher = LocalLauncher(engine, config.launcher, session)
         try:
             with pytest.raises(EngineCannotStart, match="engine.memory_saver: false"):
-                await launcher.launch(LaunchSpec(0, LaunchRole.COLOCATED, ("d0:0",)))
+                await launcher.launch(LaunchSpec(0, Role.COLOCATED, ("d0:0",)))
         finally:
             await launcher.stop_all()
     assert launcher.slots() == ()

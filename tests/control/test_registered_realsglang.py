@@ -18,9 +18,8 @@ import pytest
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.processes import free_port, wait_all_healthy
-from pearl_sglang.control.registration import is_registered
+from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Role
-from pearl_sglang.engine.launch_args import LaunchRole
 from pearl_sglang.router.state import ROUTER
 from tests.control.conftest import AUTH, PROFILE, running_cluster
 from tests.support.workers import WorkerLauncher
@@ -37,9 +36,9 @@ def engines(tiny_model_dir, tmp_path_factory):
     launcher = WorkerLauncher("sglang", tmp_path_factory.mktemp("logs-registered"))
     try:
         started = [(launcher.start(name, tiny_model_dir, role, bootstrap_port=port), role, port)
-                   for name, role, port in (("reg-prefill", LaunchRole.PREFILL, free_port()),
-                                            ("reg-decode-a", LaunchRole.DECODE, free_port()),
-                                            ("reg-decode-b", LaunchRole.DECODE, free_port()))]
+                   for name, role, port in (("reg-prefill", Role.PREFILL, free_port()),
+                                            ("reg-decode-a", Role.DECODE, free_port()),
+                                            ("reg-decode-b", Role.DECODE, free_port()))]
         wait_all_healthy([s for s, _, _ in started], timeout=900)
         yield started
     finally:

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 
 from pearl_sglang.control.processes import free_port
-from pearl_sglang.control.registration import is_registered
+from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, Zone
 from tests.control.conftest import AUTH, TOKEN, cluster_config, running_cluster
 from tests.support.emulated import emulator

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.control.registration import Capabilities, capabilities, locked_pd_mode, relaunch_lock
+from pearl_sglang.control.registration import Capabilities, capabilities
+from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
     TrainFinished, WorkerRegistered, WorkerUnregistered, WorkerUnregistering, apply, apply_all,

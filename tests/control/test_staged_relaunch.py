@@ -15,7 +15,7 @@ import pytest
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
 from pearl_sglang.core.state import Activity
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 
@@ -175,7 +175,7 @@ async def test_a_failed_start_in_the_last_wave_leaves_the_cluster_serving_and_an
         c.launcher.open()
         last = await wave_waiting(c)
         refused = set(last)
-        c.launcher.refuse = lambda spec: spec.slot in refused and spec.role is not LaunchRole.COLOCATED
+        c.launcher.refuse = lambda spec: spec.slot in refused and spec.role is not Role.COLOCATED
         c.launcher.gated = False
         c.launcher.open()
         r = await change
@@ -197,7 +197,7 @@ async def test_a_pair_whose_switch_to_colocated_failed_serves_again(tiny_model_d
     other was still switching), so nothing served."""
     config = backoff(cluster_config(tiny_model_dir, dedicated=2, overlap=0, pd_mode="disaggregated"), 30.0)
     async with gated_cluster(config) as c:
-        c.launcher.refuse = lambda spec: spec.role is LaunchRole.COLOCATED
+        c.launcher.refuse = lambda spec: spec.role is Role.COLOCATED
         r = await c.client.post(c.url + "/pearl/pd_mode", json={"pd_mode": "colocated"}, headers=c.auth)
         assert r.status_code == 503, r.text
         assert c.table.active_topology().label() == "1P1D", c.table.to_dict()

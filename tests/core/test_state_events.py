@@ -21,8 +21,8 @@ from pearl_sglang.core.events import (
     TrainBegin,
     TrainFinished,
     WeightsUpdated,
-    WorkerFailed,
     WorkerLeft,
+    WorkerLost,
     WorkerReady,
     apply,
     apply_all,
@@ -160,7 +160,7 @@ def _events(table: StateTable, data) -> list:
     if table.dedicated_gpus:
         options.append(GpusLeave(tuple(data.draw(st.sets(st.sampled_from(sorted(table.dedicated_gpus)), min_size=1)))))
     for w in table.rollout_workers():
-        options += [WorkerReady(w.slot), RoleSwitched(w.slot), WorkerLeft(w.slot), WorkerFailed(w.slot),
+        options += [WorkerReady(w.slot), RoleSwitched(w.slot), WorkerLeft(w.slot), WorkerLost(w.slot),
                     WeightsUpdated((w.slot,), "v")]
     joining = [w.slot for w in table.rollout_workers() if w.activity is Activity.JOINING]
     switching = [w.slot for w in table.rollout_workers() if w.activity is Activity.SWITCHING]
@@ -177,7 +177,7 @@ def _events(table: StateTable, data) -> list:
 def _must_succeed(table: StateTable, event) -> bool:
     """Events the control plane relies on: reclaims, returns, failures and fresh plans
     are never refused, whatever state the table is in."""
-    if isinstance(event, (GpusJoin, GpusLeave, BeginPlan, WeightsUpdated, WorkerFailed)):
+    if isinstance(event, (GpusJoin, GpusLeave, BeginPlan, WeightsUpdated, WorkerLost)):
         return True
     if isinstance(event, TrainBegin):
         return table.overlap_owner is OverlapOwner.ROLLOUT

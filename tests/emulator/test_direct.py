@@ -11,7 +11,7 @@ from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchSpec
 from pearl_sglang.emulator.direct import InProcessTransport
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from pearl_sglang.router.errors import WorkerRejected, WorkerUnavailable
 from pearl_sglang.router.worker_client import HttpTransport, Timeouts
 
@@ -72,7 +72,7 @@ async def test_bad_input_is_the_same_rejection(model_dir, emu) -> None:
 async def test_a_stopped_worker_breaks_its_streams_and_aborts_them(model_dir) -> None:
     launcher = InProcessEmulatorLauncher(EngineConfig(
         model_path=str(model_dir), emulator={"profile": "tiny", "time_scale": 1, "cold_start": 0}))
-    launched = await launcher.launch(LaunchSpec(slot=3, gpus=("d0:0",), role=LaunchRole.COLOCATED))
+    launched = await launcher.launch(LaunchSpec(slot=3, gpus=("d0:0",), role=Role.COLOCATED))
     worker = launcher.worker(3)
     direct = InProcessTransport(launcher.worker_at)
     body = {"input_ids": list(range(300, 340)), "rid": "long",

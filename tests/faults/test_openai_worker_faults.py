@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import wait_all_healthy
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER
 from tests.faults.support import collect_sse, fault_config, until
 from tests.router.conftest import running_router
@@ -50,7 +50,7 @@ async def test_worker_sigkilled_mid_chat_stream_completes_elsewhere_exact(kind, 
     survivor, _ = worker_sets(kind)
     tokens = TOKENS[kind]
     launcher = WorkerLauncher(kind, tmp_path)
-    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
         # The victim is slot 0, so an idle router sends the request there.
@@ -85,7 +85,7 @@ async def test_worker_sigkilled_mid_chat_stream_completes_elsewhere_exact(kind, 
 async def test_worker_sigkilled_mid_chat_request_completes_elsewhere_exact(worker_sets, tiny_model_dir, tmp_path):
     survivor, _ = worker_sets("emulator")
     launcher = WorkerLauncher("emulator", tmp_path)
-    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
         async with running_router(regular=[victim.url, survivor.url],

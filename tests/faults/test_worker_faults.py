@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import free_port, wait_all_healthy
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
 from tests.faults.support import assert_continuous, collect_sse, fault_config, long_body, reference
@@ -39,7 +39,7 @@ async def test_worker_sigkilled_mid_stream_completes_elsewhere_token_exact(kind,
     async with httpx.AsyncClient(timeout=120) as c:
         expected = (await c.post(survivor.url + "/generate", json=body)).json()
     launcher = WorkerLauncher(kind, tmp_path)
-    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
         # The victim is slot 0, so an idle router sends the first attempt there.

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import wait_all_healthy
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.stall import DEFAULT_STALL_S, stall_bound_s
 from pearl_sglang.router.state import ROUTER
@@ -43,7 +43,7 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
         expected = [(await c.post(survivor.url + "/generate", json=_body(i, tokens))).json()["output_ids"]
                     for i in range(4)]
     launcher = WorkerLauncher(kind, tmp_path)
-    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     stopped = False
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)

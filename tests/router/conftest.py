@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from pearl_sglang.control.attach import attached_table
-from pearl_sglang.control.state_store import StateStore
-from pearl_sglang.router.app import build_app
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.connections import start_site
 from pearl_sglang.router.state import ROUTER

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from pearl_sglang.engine.launch_args import LaunchRole
+from pearl_sglang.core.state import Role
 from pearl_sglang.control.processes import wait_all_healthy
 from tests.router.conftest import running_router
 from tests.support.workers import WorkerLauncher
@@ -135,7 +135,7 @@ async def test_abort_is_forwarded_and_keeps_partial_output(real):
 async def test_killed_worker_request_completes_elsewhere_token_exact(real, tiny_model_dir, tmp_path):
     worker, _ = real
     launcher = WorkerLauncher("sglang", tmp_path)
-    victim = launcher.start("victim", tiny_model_dir, LaunchRole.COLOCATED)
+    victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
         body = {"input_ids": [17, 29, 31, 37, 41], "sampling_params": {

@@ -169,8 +169,8 @@ async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
 
 def test_the_cluster_config_names_the_routing_policy_and_the_flag_wins(tiny_model_dir):
     from pearl_sglang.control.cluster_config import ConfigError
-    from pearl_sglang.control.state_store import StateStore
-    from pearl_sglang.router.app import build_app
+    from pearl_sglang.state_store import StateStore
+    from pearl_sglang.server.compose import build_app
     from pearl_sglang.router.state import ROUTER
     from tests.control.conftest import cluster_config
 

@@ -9,10 +9,9 @@ from dataclasses import replace
 
 import httpx
 
-from pearl_sglang.control.registration import (
-    RegistrationConfig, Registrar, WeightSyncFailed, WorkerNotReady, WorkerSpec,
-)
-from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.control.registration import Registrar, WeightSyncFailed, WorkerNotReady, WorkerSpec
+from pearl_sglang.core.registered import RegistrationConfig
+from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.control.worker_ops import WorkerOps

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import SglangCpuStack, free_port
-from pearl_sglang.control.registration import RegistrationConfig
+from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
 from tests.router.conftest import running_router
 from tests.support.emulated import emulator

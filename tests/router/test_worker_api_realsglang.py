@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from pearl_sglang.control.registration import RegistrationConfig
+from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.state import ROUTER
 from tests.adapter.test_framework_calls import Replay, roll_step

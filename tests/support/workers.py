@@ -9,7 +9,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pearl_sglang.engine.launch_args import EngineArgs, LaunchRole, server_args
+from pearl_sglang.core.state import Role
+from pearl_sglang.engine.launch_args import EngineArgs, server_args
 from pearl_sglang.control.processes import (
     ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
 )
@@ -62,7 +63,7 @@ class WorkerLauncher:
     def _env(self) -> dict[str, str]:
         return dict(self._stack.env) if self._stack is not None else {}
 
-    def start(self, name: str, model_dir: Path, role: LaunchRole,
+    def start(self, name: str, model_dir: Path, role: Role,
               bootstrap_port: int | None = None, extra: tuple[str, ...] = ()) -> ServerProcess:
         port = free_port()
         engine = replace(engine_args(model_dir), extra=extra) if extra else engine_args(model_dir)
@@ -83,9 +84,9 @@ class WorkerLauncher:
 def start_worker_set(launcher: WorkerLauncher, model_dir: Path) -> tuple[Worker, PdPair]:
     """One colocated worker and one switchable prefill/decode pair, started together."""
     pb, db = free_port(), free_port()
-    colocated = launcher.start("colocated", model_dir, LaunchRole.COLOCATED)
-    prefill = launcher.start("prefill", model_dir, LaunchRole.PREFILL, bootstrap_port=pb)
-    decode = launcher.start("decode", model_dir, LaunchRole.DECODE, bootstrap_port=db)
+    colocated = launcher.start("colocated", model_dir, Role.COLOCATED)
+    prefill = launcher.start("prefill", model_dir, Role.PREFILL, bootstrap_port=pb)
+    decode = launcher.start("decode", model_dir, Role.DECODE, bootstrap_port=db)
     wait_all_healthy([colocated, prefill, decode], timeout=START_TIMEOUT_S)
     worker = Worker(kind=launcher.kind, url=colocated.url, model_dir=model_dir)
     pair = PdPair(kind=launcher.kind, prefill_url=prefill.url, decode_url=decode.url,

@@ -23,11 +23,11 @@ from contextlib import AsyncExitStack
 from aiohttp import web
 
 from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.router.control_routes import _body, _control, _opt_str, _run
 from pearl_sglang.router.drain import abort_entries
 from pearl_sglang.router.errors import BadRequest
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.state import ROUTER, RouterState
+from pearl_sglang.server.control_routes import _body, _control, _opt_str, _run
 
 PATHS = ("/pause_generation", "/continue_generation", "/update_weights_from_disk")
 PAUSE = web.AppKey("pearl_pause", dict)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,10 +29,11 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang.clock import Clock
 from pearl_sglang.control.registration import (
-    AlreadyRegistered, Capabilities, GPU_PREFIX, NotRegistered, Registrar, RegistrationError, WorkerSpec, find,
-    normalize,
+    AlreadyRegistered, Capabilities, NotRegistered, Registrar, RegistrationError, WorkerSpec, find, normalize,
 )
+from pearl_sglang.core.registered import GPU_PREFIX
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
 from pearl_sglang.router.middleware import read_json
@@ -84,6 +84,7 @@ class WorkerApi:
     which workers exist."""
 
     registrar: Registrar
+    clock: Clock
     ids: dict[str, str] = field(default_factory=dict)
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -97,7 +98,7 @@ class WorkerApi:
 
     def run(self, worker_id: str, job_type: str, url: str, coro) -> None:
         job = {"job_type": job_type, "worker_url": url, "status": "processing", "message": None,
-               "timestamp": int(time.time())}
+               "timestamp": int(self.clock.epoch())}
         self.jobs[worker_id] = job
 
         async def body() -> None:
@@ -348,7 +349,7 @@ def worker_api_ctx(make_registrar):
     shutdown. ``make_registrar(app)`` builds it from the application's state."""
 
     async def ctx(app: web.Application):
-        app[WORKER_API] = WorkerApi(registrar=make_registrar(app))
+        app[WORKER_API] = WorkerApi(registrar=make_registrar(app), clock=app[ROUTER].clock)
         for w in app[ROUTER].store.table.rollout_workers():
             if w.endpoint:
                 app[WORKER_API].id_of(w.endpoint)

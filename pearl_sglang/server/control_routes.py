@@ -3,22 +3,35 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from pearl_sglang.control.cluster_config import fixed_ratio
 from pearl_sglang.control.idempotency import RequestIdReused
 from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
 from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.core.errors import CoreError
+from pearl_sglang.core.errors import CoreError, InvalidConfig
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
                                        UpstreamFailed)
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
+
+
+@dataclass
+class ControlPlane:
+    """The running control plane: set once the application's session exists, absent in
+    attach mode (the router then serves without one)."""
+
+    orchestrator: Orchestrator | None = None
+
+
+CONTROL = web.AppKey("pearl_control", ControlPlane)
+
 
 class GatewayTimeout(RouterError):
     status = 504
@@ -26,7 +39,7 @@ class GatewayTimeout(RouterError):
 
 
 def _control(request: web.Request) -> Orchestrator:
-    orch = request.app[ROUTER].control
+    orch = request.app[CONTROL].orchestrator
     if orch is None:
         raise Conflict("this router runs in attach mode without a control plane; start it with "
                        "--config cluster.yaml to use the admin API", kind="no_control_plane")
@@ -83,30 +96,40 @@ def _check_hosts(request: web.Request, body: dict[str, Any]) -> None:
                          kind="worker_host_not_allowed")
 
 
+# What each control-plane error is to an HTTP client: the first row whose error class
+# matches gives the answer's class and its ``kind`` (None: the answer class's own).
+ANSWERS: tuple[tuple[type[Exception], type[RouterError], str | None], ...] = (
+    (OutOfOrder, Conflict, "out_of_order"),
+    (RequestIdReused, Conflict, "request_id_reused"),
+    (NoActiveWorker, ServiceUnavailable, "no_active_worker"),
+    (CoreError, Conflict, "invalid_transition"),
+    (InvalidGroupRequest, BadRequest, None),
+    (UnknownGroup, NotFound, "unknown_weight_group"),
+    (MembershipChanged, Conflict, "weight_group_membership"),
+    (GroupExists, Conflict, "weight_group_exists"),
+    (GroupInitFailed, UpstreamFailed, "weight_group_init_failed"),
+)
+
+
+def answer_for(error: Exception) -> RouterError | None:
+    for error_class, answer_class, kind in ANSWERS:
+        if isinstance(error, error_class):
+            return answer_class(str(error), kind=kind)
+    return None
+
+
 async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
     try:
         if deadline_s is None:
             return web.json_response(await coro)
         return web.json_response(await asyncio.wait_for(coro, deadline_s))
-    except OutOfOrder as e:
-        raise Conflict(str(e), kind="out_of_order") from e
-    except RequestIdReused as e:
-        raise Conflict(str(e), kind="request_id_reused") from e
-    except NoActiveWorker as e:
-        raise ServiceUnavailable(str(e), kind="no_active_worker") from e
-    except CoreError as e:
-        raise Conflict(str(e), kind="invalid_transition") from e
-    except InvalidGroupRequest as e:
-        raise BadRequest(str(e)) from e
-    except UnknownGroup as e:
-        raise NotFound(str(e), kind="unknown_weight_group") from e
-    except (GroupExists, MembershipChanged) as e:
-        raise Conflict(str(e), kind="weight_group_membership" if isinstance(e, MembershipChanged)
-                       else "weight_group_exists") from e
-    except GroupInitFailed as e:
-        raise UpstreamFailed(str(e), kind="weight_group_init_failed") from e
-    except asyncio.TimeoutError as e:
-        raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+    except Exception as e:
+        answer = answer_for(e)
+        if answer is not None:
+            raise answer from e
+        if isinstance(e, asyncio.TimeoutError):
+            raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+        raise
     except asyncio.CancelledError as e:
         task = asyncio.current_task()
         if task is None or task.cancelling():
@@ -215,10 +238,11 @@ async def gpus(request: web.Request) -> web.Response:
 async def pd_mode(request: web.Request) -> web.Response:
     orch = _control(request)
     body = await _body(request)
-    mode = body.get("pd_mode")
-    if mode not in ("auto", "colocated", "disaggregated") and not (isinstance(mode, str) and fixed_ratio(mode)):
+    try:
+        mode = PdMode(body.get("pd_mode"))
+    except InvalidConfig as e:
         raise BadRequest("'pd_mode' must be 'auto', 'colocated', 'disaggregated' or a fixed ratio 'P:D' "
-                         "(positive integers, e.g. '3:5')")
+                         "(positive integers, e.g. '3:5')") from e
     answer = await _run(orch.set_pd_mode(mode))
     reason = json.loads(answer.text).get("reason")
     if reason:
@@ -229,6 +253,7 @@ async def pd_mode(request: web.Request) -> web.Response:
 
 
 def add_control_routes(app: web.Application) -> None:
+    app[CONTROL] = ControlPlane()
     r = app.router
     r.add_post("/train_begin", train_begin)
     r.add_post("/train_finished", train_finished)
