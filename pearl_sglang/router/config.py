@@ -148,7 +148,11 @@ class RouterConfig:
         parser.add_argument("--max-attempts", type=int, default=DispatchConfig.max_attempts)
         parser.add_argument("--internal-stream-interval", type=int,
                             default=DispatchConfig.internal_stream_interval)
-        parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s)
+        parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s,
+                            help="how long a request with no routable worker waits before a 503")
+        parser.add_argument("--arriving-wait-s", type=float, default=DispatchConfig.arriving_wait_s,
+                            help="the same wait while the control plane brings workers up (joining or "
+                                 "relaunching in a new role)")
         parser.add_argument("--admission-wait-s", type=float, default=60.0)
         parser.add_argument("--health-interval-s", type=float, default=10.0,
                             help="probe period of active workers; a worker added through the worker "
@@ -210,7 +214,7 @@ class RouterConfig:
                                          max_total=args.max_connections),
             dispatch=DispatchConfig(max_attempts=args.max_attempts,
                                     internal_stream_interval=args.internal_stream_interval,
-                                    route_wait_s=args.route_wait_s),
+                                    route_wait_s=args.route_wait_s, arriving_wait_s=args.arriving_wait_s),
             admission_wait_s=args.admission_wait_s, health_interval_s=args.health_interval_s,
             registration=RegistrationConfig(startup_timeout_s=args.worker_startup_timeout_secs,
                                             poll_interval_s=min(1.0, args.health_interval_s)),

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.core.state import Activity
 from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.errors import (
@@ -37,11 +38,17 @@ class DispatchConfig:
     max_attempts: int = 8
     internal_stream_interval: int = 16
     route_wait_s: float = 60.0
+    # While the control plane brings a worker up (joining, or relaunching in a new role), a
+    # request with no route waits for it this long instead of ``route_wait_s``: the gap is
+    # of PEARL's own making (a change that keeps no old path serving), not a lost cluster.
+    arriving_wait_s: float = 600.0
     prefill_grace_s: float = 30.0
 
     def validate(self) -> None:
         if self.max_attempts < 1 or self.internal_stream_interval < 1:
             raise ValueError("max_attempts and internal_stream_interval must be >= 1")
+        if not 0 < self.route_wait_s <= self.arriving_wait_s:
+            raise ValueError("route_wait_s must be > 0 and at most arriving_wait_s")
 
 
 @dataclass(frozen=True)
@@ -225,7 +232,7 @@ class Dispatcher:
         ``remember`` false: a side call (tokenizing a prompt) that must not count as placing
         the request there."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.route_wait_s
+        started = loop.time()
         while True:
             try:
                 now = loop.time()
@@ -237,14 +244,18 @@ class Dispatcher:
                 if exclude:
                     exclude.clear()
                     continue
-                left = deadline - loop.time()
+                arriving = self.wait_for_workers and any(
+                    w.activity in (Activity.JOINING, Activity.SWITCHING) for w in self.store.table.rollout_workers())
+                wait_s = self.config.arriving_wait_s if arriving else self.config.route_wait_s
+                left = started + wait_s - loop.time()
                 if not self.wait_for_workers and self.unavailable():
                     raise ServiceUnavailable(
                         f"no worker can take {what}: none is active with a closed circuit "
                         f"(open circuits: {sorted(self.unavailable()) or 'none'})", kind="no_worker") from None
                 if left <= 0:
                     raise ServiceUnavailable(
-                        f"no active worker could take {what} within {self.config.route_wait_s:.0f}s",
+                        f"no active worker could take {what} within {wait_s:.0f}s"
+                        + (" (workers were still on their way)" if arriving else ""),
                         kind="no_worker") from None
                 await self.store.wait_changed(min(left, 1.0))
                 continue

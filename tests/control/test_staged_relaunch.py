@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
-from pearl_sglang.core.state import Activity
+from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
-from pearl_sglang.core.state import Role
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.dispatch import DispatchConfig
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 
@@ -57,10 +58,11 @@ def backoff(config, *delays):
 
 
 @contextlib.asynccontextmanager
-async def gated_cluster(config):
+async def gated_cluster(config, **kw):
     """A running cluster over a ``GatedLauncher``; the gate opens for good on the way out
     (a failed assertion must not leave starts waiting for ever)."""
-    async with running_cluster(config, launcher_factory=lambda cluster, session: GatedLauncher(cluster.engine)) as c:
+    async with running_cluster(config, launcher_factory=lambda cluster, session: GatedLauncher(cluster.engine),
+                               **kw) as c:
         try:
             yield c
         finally:
@@ -162,6 +164,26 @@ async def test_when_no_old_path_can_be_kept_one_worker_relaunches_first_and_the_
         out = await c.admin("/pearl/pd_mode", {"pd_mode": "disaggregated"})  # a pair needs both: one wave
         assert c.table.active_topology().label() == "1P1D"
         assert [w["keeps_serving"] for w in out["waves"]] == [False], out
+
+
+async def test_a_request_waits_for_the_workers_a_change_relaunches_longer_than_the_route_wait(tiny_model_dir):
+    """A change that keeps no old path serving leaves a gap of PEARL's own making: a request
+    arriving in it waits for the relaunched workers, not ``route_wait_s`` and a 503 (an
+    elastic replay lost every first turn of a step to a 60 s route wait this way)."""
+    config = cluster_config(tiny_model_dir, dedicated=2, overlap=0, pd_mode="disaggregated")
+    impatient = RouterConfig(health_interval_s=3600, dispatch=DispatchConfig(route_wait_s=0.5, arriving_wait_s=60))
+    async with gated_cluster(config, router_config=impatient) as c:
+        c.launcher.gated = True
+        change = asyncio.ensure_future(c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}))
+        await wave_waiting(c)
+        assert c.table.active_topology().label() == "0P0D"  # nothing serves
+        request = asyncio.ensure_future(c.generate(IDS, 20))
+        await asyncio.sleep(1.5)  # three route waits
+        assert not request.done()
+        c.launcher.gated = False
+        c.launcher.open()
+        assert (await request)["meta_info"]["completion_tokens"] == 20
+        await change
 
 
 async def test_a_failed_start_in_the_last_wave_leaves_the_cluster_serving_and_answers_503(tiny_model_dir):
