@@ -284,6 +284,7 @@ def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | 
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await st.dispatcher.transport.close()
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)
