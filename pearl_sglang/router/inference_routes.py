@@ -91,7 +91,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
         with st.client_watch.watching(request):
-            results = await asyncio.gather(*(_last(r) for r in runs))
+            # One item (a rollout turn) runs in this task: no task of its own to schedule.
+            results = await asyncio.gather(*(_last(r) for r in runs)) if len(runs) > 1 else [await _last(runs[0])]
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
     except WorkerRejected as e:
