@@ -26,7 +26,7 @@ from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_po
 
 _KEY = b'"input_ids"'
 _WHITESPACE = b" \t\r\n"
-_ARRAY_CHARS = b"0123456789," + _WHITESPACE
+_DIGITS_COMMAS = b"0123456789,"
 # Stands in for the array while the rest of the body is decoded: a string no client
 # can send as a flat int array, and that proves the cut-out array was the top-level key.
 _SENTINEL = "\x00pearl-input-ids"
@@ -63,9 +63,12 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds, bytes] | None:
     if end < 0:
         return None
     inner = raw[i + 1:end]
-    if inner.translate(None, _ARRAY_CHARS) or not inner.strip():
-        return None
-    text = inner.translate(None, _WHITESPACE) if inner.translate(None, b"0123456789,") else inner
+    others = inner.translate(None, _DIGITS_COMMAS)
+    if others:  # whitespace may be there too, nothing else
+        if others.translate(None, _WHITESPACE):
+            return None
+        inner = inner.translate(None, _WHITESPACE)
+    text = inner
     commas = comma_positions(text)
     if not canonical_ints(text, commas):
         return None  # ",,", a trailing comma, a leading zero, or too long for 64 bits
