@@ -9,9 +9,12 @@ close) handed over in pieces as it arrives, and each connection kept per worker 
 next request once its answer was read to the end.
 
 A worker may close a connection that waited in the pool (uvicorn closes idle ones after
-5 s): pooled connections are dropped after ``IDLE_S``, and a request whose reused
-connection broke before any byte of the answer came is sent once more on a new one (the
-worker never read it). Silence longer than ``read_s`` while waiting for the answer is a
+5 s): a pooled connection whose close already arrived is dropped, and a request whose
+reused connection broke before any byte of the answer came is sent once more on a new one
+(the worker never read it). ``IDLE_S`` only bounds how long a connection nobody closed is
+trusted (a peer that vanished without a FIN). Idle time is the loop's: in a virtual-time
+replay a new connection's handshake can let the clock jump, so connections are kept
+rather than reopened between turns. Silence longer than ``read_s`` while waiting for the answer is a
 ``ReadTimeout``, however long the whole answer takes.
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ import asyncio
 from collections import deque
 from urllib.parse import urlsplit
 
-IDLE_S = 4.0
+IDLE_S = 300.0
 MAX_IDLE_PER_WORKER = 512
 _PAUSE_BYTES = 1 << 24  # unread body held before the worker is asked to wait
 
