@@ -30,6 +30,7 @@ from pearl_sglang.router.selection import NoRoute, Selector, Target, context_tok
 from pearl_sglang.router.stitch import Stitcher
 from pearl_sglang.router.worker_client import WorkerTransport
 
+
 def _held(ids: Sequence[int] | None) -> Sequence[int] | None:
     """The prompt as the dispatcher keeps and sends it: ids still in their JSON text stay
     so (a worker body writes them back as that text), others become a list."""
