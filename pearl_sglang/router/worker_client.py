@@ -74,9 +74,15 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
             raise status_error(worker, conn.status, await conn.read_all(),
                                conn.headers.get("content-type", "application/json"))
         rest = b""
-        while (piece := await conn.read_piece()) is not None:
-            if done:
+        while True:
+            piece = await conn.read_piece()
+            ended = piece is None
+            if done or (ended and not rest):
+                if ended:
+                    break
                 continue  # read to the end: a finished answer hands its connection back
+            if ended:
+                piece = b"\n"  # the body's last line came without its newline
             lines = (rest + piece).split(b"\n") if rest else piece.split(b"\n")
             rest = lines.pop()
             for line in lines:
@@ -90,6 +96,8 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
                 if "error" in event:
                     raise _error_event(worker, event)
                 yield event
+            if ended:
+                break
     except ReadTimeout as e:
         if not done:
             raise WorkerStalled(worker, f"no chunk for {timeouts.chunk_s:.0f}s (stall bound)") from e

@@ -50,7 +50,7 @@ async def _outputs(connections: WorkerConnections, url: str, **kw) -> list:
                                                            timeouts=Timeouts(**kw))]
 
 
-@pytest.mark.parametrize("framing", ["chunked", "trailers", "length", "close"])
+@pytest.mark.parametrize("framing", ["chunked", "trailers", "length", "close", "no-final-newline"])
 async def test_answers_split_anywhere_read_alike(framing):
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     answer = {
@@ -58,6 +58,7 @@ async def test_answers_split_anywhere_read_alike(framing):
         "trailers": head + b"Transfer-Encoding: chunked\r\n\r\n" + _chunked(EVENTS, 40, b"X-T: 1\r\n"),
         "length": head + b"Content-Length: %d\r\n\r\n" % len(EVENTS) + EVENTS,
         "close": head + b"Connection: close\r\n\r\n" + EVENTS,
+        "no-final-newline": head + b"Content-Length: %d\r\n\r\n" % (len(EVENTS) - 2) + EVENTS[:-2],
     }[framing]
     connections = WorkerConnections(connect_s=5)
     async with raw_worker(answer, piece=3, close=framing == "close") as url:
