@@ -22,6 +22,7 @@ from pearl_sglang.emulator.http_generate import (
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.request import RequestRejected
 from pearl_sglang.emulator.server import Worker
+from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.errors import WorkerUnavailable
 from pearl_sglang.router.worker_client import status_error
 
@@ -42,6 +43,9 @@ class InProcessTransport:
         worker = self.resolve(url)
         if worker is None or worker.closed:
             raise WorkerUnavailable(str(slot), f"no emulated worker at {url}")
+        ids = body.get("input_ids")
+        if isinstance(ids, EncodedIds):  # the router kept them as JSON text; the emulator reads a list
+            body = {**body, "input_ids": ids.decoded()}
         try:
             parsed = parse_generate({**body, "stream": stream}, worker.codec)
             return worker, parsed, Run(worker, parsed.items, stream)
@@ -62,6 +66,9 @@ class InProcessTransport:
             worker.direct_runs.discard(run)
             run.abort()
             after_stream_end(worker, parsed.items)
+
+    async def close(self) -> None:
+        return None  # nothing of its own to close: the workers belong to the harness
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
         if path != "/generate":

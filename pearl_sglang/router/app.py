@@ -200,6 +200,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await st.dispatcher.transport.close()
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Sequence
 from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
@@ -20,6 +20,7 @@ from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.state import Activity
 from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.admission import AdmissionGate
+from pearl_sglang.router.encoded_ids import EncodedIds, as_list
 from pearl_sglang.router.errors import (
     ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable,
 )
@@ -29,6 +30,15 @@ from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.selection import NoRoute, Selector, Target, context_tokens, prefix_key
 from pearl_sglang.router.stitch import Stitcher
 from pearl_sglang.router.worker_client import WorkerTransport
+
+
+def _held(ids: Sequence[int] | None) -> Sequence[int] | None:
+    """The prompt as the dispatcher keeps and sends it: ids still in their JSON text stay
+    so (a worker body writes them back as that text), others become a list."""
+    if ids is None or isinstance(ids, EncodedIds):
+        return ids
+    return list(ids)
+
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
@@ -59,7 +69,7 @@ class Completed:
     trajectory: str | None
     turn: int | None
     key: tuple[int, ...]
-    prompt_ids: list[int] | None
+    prompt_ids: Sequence[int] | None
     final: dict[str, Any]
     target: Target | None
     attempts: int
@@ -127,7 +137,7 @@ class Dispatcher:
         first_chunk_at: float | None = None
         concurrency = 0
         interval = client_stream_interval or self.config.internal_stream_interval
-        stitcher = Stitcher(item.rid, list(item.input_ids) if item.input_ids is not None else None)
+        stitcher = Stitcher(item.rid, _held(item.input_ids))
         entry = self.inflight.open(item.rid)
         key = prefix_key(item.input_ids, item.text, ids_text=item.ids_text)
         context = context_tokens(item.input_ids, item.text)
@@ -280,9 +290,9 @@ class Dispatcher:
                 body["text"] = item.text
                 body["return_prompt_token_ids"] = True
             else:
-                body["input_ids"] = list(item.input_ids or ())
+                body["input_ids"] = _held(item.input_ids) or []
         elif stitcher.prompt_ids is not None:
-            body["input_ids"] = stitcher.prompt_ids + stitcher.generated_ids
+            body["input_ids"] = as_list(stitcher.prompt_ids) + stitcher.generated_ids
         else:
             raise UpstreamFailed(f"request {item.rid} lost its worker before its prompt ids were known")
         return body

@@ -7,10 +7,12 @@ Per-item rids follow SGLang: a string rid on a batch becomes ``{rid}_{i}``.
 """
 from __future__ import annotations
 
-import uuid
+import itertools
+import secrets
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.errors import BadRequest
 from pearl_sglang.router.limits import Limits
 
@@ -26,6 +28,14 @@ _ROUTER_OWNED = frozenset({
     "disagg_prefill_dp_rank", "decode_tp_size",
 })
 _UNSUPPORTED = ("input_embeds",)
+# Rids the router gives items that came without one: 32 hex digits like SGLang's uuid4
+# rids, a random half per process and a counter (no system call per request).
+_RID_PREFIX = secrets.token_hex(8)
+_rid_counter = itertools.count()
+
+
+def _new_rid() -> str:
+    return f"{_RID_PREFIX}{next(_rid_counter):016x}"
 
 
 @dataclass(frozen=True)
@@ -33,7 +43,8 @@ class GenerateItem:
     index: int
     rid: str
     text: str | None
-    input_ids: tuple[int, ...] | None
+    # A tuple, or ``EncodedIds`` (the fast path's ids, still JSON text) for one flat row.
+    input_ids: Sequence[int] | None
     sampling: Mapping[str, Any]
     extra: Mapping[str, Any] = field(default_factory=dict)
     # ``input_ids`` as canonical JSON text (b"1,2,3") when the body gave it that way:
@@ -112,7 +123,7 @@ def _sampling_list(body: Mapping[str, Any], count: int, limits: Limits) -> list[
 
 def _rids(raw: Any, count: int, expanded: bool, limits: Limits) -> list[str]:
     if raw is None:
-        return [uuid.uuid4().hex for _ in range(count)]
+        return [_new_rid() for _ in range(count)]
     if isinstance(raw, str):
         if not raw or len(raw) > limits.max_rid_length:
             raise BadRequest(f"'rid' must be 1..{limits.max_rid_length} characters",
@@ -137,8 +148,9 @@ def parse_generate(body: Any, limits: Limits, ids_text: bytes | None = None) -> 
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean")
     texts, id_rows, is_batch = _prompts(body, ids_text is not None)
-    prompts: list[tuple[str | None, tuple[int, ...] | None]] = (
-        [(t, None) for t in texts] if texts is not None else [(None, tuple(r)) for r in id_rows])
+    prompts: list[tuple[str | None, Sequence[int] | None]] = (
+        [(t, None) for t in texts] if texts is not None
+        else [(None, r if isinstance(r, EncodedIds) else tuple(r)) for r in id_rows])
     sampling = _sampling_list(body, len(prompts), limits)
     per_item = {k: v for k, v in body.items() if k in _PER_ITEM_FIELDS}
     shared = {k: v for k, v in body.items() if k not in _ROUTER_OWNED and k not in _PER_ITEM_FIELDS}

@@ -1,59 +1,48 @@
 """A ``/generate`` body whose ``input_ids`` is one flat array, parsed without a Python
-loop per token.
+loop per token and without decoding the ids.
 
 Agentic rollouts send whole multi-turn contexts (tens of thousands of ids) on every turn.
-Decoding them into Python ints and then checking each one's type and sign costs more
-than all the rest of a request. Here the array is cut out of the raw bytes first: when
-its text holds only digits, commas and whitespace, every element is a non-negative JSON
-integer by construction (no bools, floats, strings or nesting), so one C-level
-``translate`` replaces the per-element checks; orjson then decodes the array alone and
-the rest of the body, now small. Whatever does not fit this shape (batches, text
-prompts, a second ``input_ids`` anywhere, odd formatting) returns None and takes the
-general path, which gives the same answers and errors as before.
+Decoding them into Python ints, checking each one's type and sign, and encoding them
+again for the worker cost more than all the rest of a request. Here the array is cut out
+of the raw bytes: when its text holds only digits, commas and whitespace, every element
+is a non-negative integer by construction (no bools, floats, strings or nesting), so one
+C-level ``translate`` replaces the per-element checks, and numpy over the comma
+positions refuses what a JSON decoder would (empty elements, leading zeros, numbers too
+long for 64 bits). The ids stay text (``EncodedIds``); only the rest of the body, now
+small, is decoded. Whatever does not fit this shape (batches, text prompts, a second
+``input_ids`` anywhere, odd formatting) returns None and takes the general path, which
+gives the same answers and errors as before.
 
 The array's digits, without whitespace, are also the canonical text that prefix
-hashing (``selection.ids_text``) works on, so the router never re-encodes them.
+hashing (``selection``) works on, so the router never re-encodes them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
-
 from pearl_sglang import fastjson
+from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_positions
 
 _KEY = b'"input_ids"'
-_COMMA = ord(",")
 _WHITESPACE = b" \t\r\n"
-_ARRAY_CHARS = b"0123456789," + _WHITESPACE
+_DIGITS_COMMAS = b"0123456789,"
 # Stands in for the array while the rest of the body is decoded: a string no client
 # can send as a flat int array, and that proves the cut-out array was the top-level key.
 _SENTINEL = "\x00pearl-input-ids"
 _SENTINEL_JSON = b'"\\u0000pearl-input-ids"'
 
 
-_MAX_DIGITS = 19  # every integer this long fits in 64 bits; orjson makes longer ones floats
-
-
-def _longest_number(text: bytes) -> int:
-    """The most characters between two commas (numpy over the bytes, no Python loop)."""
-    commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
-    if not len(commas):
-        return len(text)
-    return int(max(commas[0], len(text) - 1 - commas[-1], (np.diff(commas).max() - 1) if len(commas) > 1 else 0))
-
-
 @dataclass(frozen=True)
 class IdsBody:
-    """``body["input_ids"]`` is the decoded, already validated row; ``ids_text`` its
+    """``body["input_ids"]`` is the validated row (``EncodedIds``); ``ids_text`` its
     canonical JSON text without brackets (``b"1,2,3"``)."""
 
     body: dict[str, Any]
     ids_text: bytes
 
 
-def split_ids(raw: bytes) -> tuple[bytes, list[int], bytes] | None:
+def split_ids(raw: bytes) -> tuple[bytes, EncodedIds, bytes] | None:
     """(the body with the array replaced by a sentinel, the ids, their canonical text),
     or None when ``raw`` is not a body with one flat array of non-negative integers."""
     at = raw.find(_KEY)
@@ -74,16 +63,16 @@ def split_ids(raw: bytes) -> tuple[bytes, list[int], bytes] | None:
     if end < 0:
         return None
     inner = raw[i + 1:end]
-    if inner.translate(None, _ARRAY_CHARS) or not inner.strip():
-        return None
-    text = inner.translate(None, _WHITESPACE) if inner.translate(None, b"0123456789,") else inner
-    if _longest_number(text) > _MAX_DIGITS:
-        return None  # orjson would decode it as a float
-    try:
-        ids = fastjson.loads(b"[" + inner + b"]")  # refuses ",,", leading zeros, trailing commas
-    except ValueError:
-        return None
-    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], ids, text
+    others = inner.translate(None, _DIGITS_COMMAS)
+    if others:  # whitespace may be there too, nothing else
+        if others.translate(None, _WHITESPACE):
+            return None
+        inner = inner.translate(None, _WHITESPACE)
+    text = inner
+    commas = comma_positions(text)
+    if not canonical_ints(text, commas):
+        return None  # ",,", a trailing comma, a leading zero, or too long for 64 bits
+    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(text, commas), text
 
 
 def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> IdsBody | None:

@@ -90,7 +90,8 @@ async def generate(request: web.Request) -> web.StreamResponse:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
         with st.client_watch.watching(request):
-            results = await asyncio.gather(*(_last(r) for r in runs))
+            # One item (a rollout turn) runs in this task: no task of its own to schedule.
+            results = await asyncio.gather(*(_last(r) for r in runs)) if len(runs) > 1 else [await _last(runs[0])]
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
     except WorkerRejected as e:
@@ -147,7 +148,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             for t in first:
                 t.cancel()
             raise exc
-    resp = web.StreamResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
+    resp = _SseResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
     await resp.prepare(request)
     # Chunks are cumulative, so only each item's newest one matters: a client that reads
     # slowly gets fewer, newer chunks (nothing is lost, the last one is whole), and the
@@ -184,19 +185,25 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
     pumps = [asyncio.ensure_future(pump(i, r, h)) for i, (r, h) in enumerate(zip(runs, first))]
     closed = [False] * count
     try:
-        while not all(closed):
+        while True:
             await changed.wait()
             changed.clear()
+            out = []  # what is new for every item, in one write
             for i in range(count):
                 chunk = latest[i]
                 if chunk is not None:
                     latest[i] = None
-                    await resp.write(event(i, chunk))  # waits while the client's buffer is full
-                if ended[i] and not closed[i] and latest[i] is None:
+                    out.append(event(i, chunk))
+                if ended[i] and not closed[i]:
                     closed[i] = True
                     if end_event[i] is not None:
-                        await resp.write(b"data: " + fastjson.dumps(end_event[i]) + b"\n\n")
-        await resp.write(b"data: [DONE]\n\n")
+                        out.append(b"data: " + fastjson.dumps(end_event[i]) + b"\n\n")
+            if all(closed):
+                out.append(b"data: [DONE]\n\n")
+                await resp.write_eof(b"".join(out))  # the last events and the body's end together
+                break
+            if out:
+                await resp.write(b"".join(out))  # waits while the client's buffer is full
     except ConnectionResetError:
         # The client left mid-stream: a normal event. Cancelling the pumps closes the runs,
         # which abort the requests at their workers.
@@ -206,6 +213,14 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             p.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
     return resp
+
+
+class _SseResponse(web.StreamResponse):
+    """A stream whose head goes out with its first events (one write, as aiohttp's own
+    ``Response`` does), not on its own: the router prepares it only once the first
+    chunk is there."""
+
+    _send_headers_immediately = False
 
 
 def _error_event(e: Exception) -> dict[str, Any]:

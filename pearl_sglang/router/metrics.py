@@ -17,6 +17,27 @@ from pearl_sglang.router.utilization import WorkerUsage
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
+class _Memo:
+    """``labels()`` that looks each child up once: prometheus_client checks the values and
+    takes a lock on every call, and the router's hot path labels its series with the same
+    few values on every request. Series are never removed, so a child stays valid."""
+
+    def labels(self, *values: str):
+        memo = self.__dict__.setdefault("_memo", {})
+        child = memo.get(values)
+        if child is None:
+            child = memo[values] = super().labels(*values)  # type: ignore[misc]
+        return child
+
+
+class _Counter(_Memo, Counter):
+    pass
+
+
+class _Histogram(_Memo, Histogram):
+    pass
+
+
 class _TableCollector(Collector):
     def __init__(self, table: Callable[[], StateTable]) -> None:
         self._table = table
@@ -95,11 +116,11 @@ class RouterMetrics:
                  control: Callable[[], Mapping | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("pearl_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
-        self.latency = Histogram("pearl_request_duration_seconds", "Time to the full answer", ["endpoint"],
+        self.requests = _Counter("pearl_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
+        self.latency = _Histogram("pearl_request_duration_seconds", "Time to the full answer", ["endpoint"],
                                  buckets=_LATENCY_BUCKETS, registry=r)
-        self.tokens = Counter("pearl_tokens", "Tokens of finished generate items", ["kind"], registry=r)
-        self.routed = Counter("pearl_routed", "Attempts sent to a worker", ["slot", "role"], registry=r)
+        self.tokens = _Counter("pearl_tokens", "Tokens of finished generate items", ["kind"], registry=r)
+        self.routed = _Counter("pearl_routed", "Attempts sent to a worker", ["slot", "role"], registry=r)
         self.migrations = Counter("pearl_migrations", "Items resubmitted elsewhere with their partial output",
                                   registry=r)
         self.worker_failures = Counter("pearl_worker_failures", "Failed calls to a worker", ["slot"], registry=r)

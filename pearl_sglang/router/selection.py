@@ -29,6 +29,7 @@ from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.straggler_isolation import Isolation, choose_colocated_isolated, choose_pair_isolated
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
+from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
 TOKEN_BLOCK = 64
@@ -79,6 +80,8 @@ def _own_prefill(request: Request, chosen: Option) -> int:
 def prefix_key(input_ids: Sequence[int] | None, text: str | None, *, ids_text: bytes | None = None) -> tuple[int, ...]:
     """Chained hashes of the prompt's full blocks; equal prefixes share leading hashes.
     ``ids_text``: ``input_ids`` as canonical JSON text, when the caller has it."""
+    if isinstance(input_ids, EncodedIds):
+        return _chain(0, input_ids.text, input_ids.commas)
     if ids_text is not None:
         return _chain(0, ids_text)
     if input_ids is not None:
@@ -114,13 +117,14 @@ def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[i
     return key + _chain(key[-1] if key else 0, ids_text(tail))
 
 
-def _chain(h: int, text: bytes) -> tuple[int, ...]:
+def _chain(h: int, text: bytes, commas: np.ndarray | None = None) -> tuple[int, ...]:
     """Chained hashes of the full TOKEN_BLOCK-token blocks of canonical ids text: block k
     is the bytes between the commas that end tokens 64k and 64(k+1) (numpy finds them),
     hashed with the hash before it. Python's bytes hash: stable within a process."""
     if not text:
         return ()
-    commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
+    if commas is None:
+        commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
     blocks = (len(commas) + 1) // TOKEN_BLOCK
     if not blocks:
         return ()

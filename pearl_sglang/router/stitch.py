@@ -9,7 +9,7 @@ version. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 # Per-output-token lists that continue across segments.
@@ -45,7 +45,7 @@ def merge_spans(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class Stitcher:
     """Accumulates cumulative chunks of successive attempts of one request."""
 
-    def __init__(self, rid: str, prompt_ids: list[int] | None = None) -> None:
+    def __init__(self, rid: str, prompt_ids: Sequence[int] | None = None) -> None:
         self.rid = rid
         self.prompt_ids = prompt_ids
         self._done: list[_Segment] = []

@@ -19,6 +19,7 @@ import aiohttp
 
 from pearl_sglang import fastjson
 from pearl_sglang.router.errors import WorkerFailed, WorkerRejected, WorkerStalled, WorkerUnavailable
+from pearl_sglang.router.worker_http import ConnectFailed, ReadTimeout, WorkerConnections
 
 # A cumulative chunk of a long output (prompt ids included) can be megabytes long.
 _READ_BUFSIZE = 1 << 24
@@ -60,39 +61,52 @@ def _error_event(worker: str, event: dict[str, Any]) -> Exception:
     return WorkerFailed(worker, f"error event: {info.get('message')}")
 
 
-async def stream_generate(session: aiohttp.ClientSession, *, slot: int, url: str,
+async def stream_generate(connections: WorkerConnections, *, slot: int, url: str,
                           body: dict[str, Any], timeouts: Timeouts) -> AsyncIterator[dict[str, Any]]:
     """Yield the worker's cumulative chunks; the last one carries ``finish_reason``."""
     worker = _id(slot)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
     done = False
+    conn = None
     try:
-        async with session.post(url + "/generate", data=fastjson.dumps({**body, "stream": True}),
-                                headers=fastjson.JSON_HEADERS, timeout=timeout,
-                                read_bufsize=_READ_BUFSIZE) as resp:
-            await _raise_for_status(resp, worker)
-            async for raw in resp.content:
-                if done:
-                    continue  # read to the end: a finished response hands its connection back
-                line = raw.strip()
+        conn = await connections.post(url, "/generate", fastjson.dumps({**body, "stream": True}),
+                                      read_s=timeouts.chunk_s)
+        if conn.status >= 400:
+            raise status_error(worker, conn.status, await conn.read_all(),
+                               conn.headers.get("content-type", "application/json"))
+        rest = b""
+        while True:
+            piece = await conn.read_piece()
+            ended = piece is None
+            if done or (ended and not rest):
+                if ended:
+                    break
+                continue  # read to the end: a finished answer hands its connection back
+            if ended:
+                piece = b"\n"  # the body's last line came without its newline
+            lines = (rest + piece).split(b"\n") if rest else piece.split(b"\n")
+            rest = lines.pop()
+            for line in lines:
                 if not line.startswith(b"data:"):
                     continue
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     done = True
-                    continue
+                    break
                 event = fastjson.loads(payload)
                 if "error" in event:
                     raise _error_event(worker, event)
                 yield event
-    except asyncio.TimeoutError as e:
-        if done:
-            return
-        raise WorkerStalled(worker, f"no chunk for {timeouts.chunk_s:.0f}s (stall bound)") from e
-    except (aiohttp.ClientError, ConnectionError, ValueError) as e:
-        if done:
-            return
-        raise WorkerUnavailable(worker, f"stream broke: {e!r}") from e
+            if ended:
+                break
+    except ReadTimeout as e:
+        if not done:
+            raise WorkerStalled(worker, f"no chunk for {timeouts.chunk_s:.0f}s (stall bound)") from e
+    except (ConnectFailed, ConnectionError, ValueError) as e:
+        if not done:
+            raise WorkerUnavailable(worker, f"stream broke: {e!r}") from e
+    finally:
+        if conn is not None:
+            connections.release(conn)
     if not done:
         raise WorkerUnavailable(worker, "stream ended without [DONE]")
 
@@ -128,7 +142,9 @@ async def abort(session: aiohttp.ClientSession, *, url: str, rid: str, timeouts:
 
 
 class WorkerTransport(Protocol):
-    """The three calls the dispatcher makes to a worker, with the failures above."""
+    """The calls the dispatcher makes to a worker, with the failures above. A body's
+    ``input_ids`` may be ``EncodedIds`` (ids kept as their JSON text): ``fastjson``
+    writes them as that text; a transport that needs a list calls ``decoded()``."""
 
     def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
 
@@ -136,20 +152,33 @@ class WorkerTransport(Protocol):
 
     async def abort(self, *, url: str, rid: str) -> bool: ...
 
+    async def close(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class HttpTransport:
+    """Streams over the router's own keep-alive connections (``worker_http``); the
+    occasional control or prefill call over the application's aiohttp session."""
+
     session: aiohttp.ClientSession
     timeouts: Timeouts
+    connections: WorkerConnections | None = None
+
+    def __post_init__(self) -> None:
+        if self.connections is None:
+            object.__setattr__(self, "connections", WorkerConnections(connect_s=self.timeouts.connect_s))
 
     def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        return stream_generate(self.session, slot=slot, url=url, body=body, timeouts=self.timeouts)
+        return stream_generate(self.connections, slot=slot, url=url, body=body, timeouts=self.timeouts)
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
         return await post_json(self.session, slot=slot, url=url, path=path, body=body, timeouts=self.timeouts)
 
     async def abort(self, *, url: str, rid: str) -> bool:
         return await abort(self.session, url=url, rid=rid, timeouts=self.timeouts)
+
+    async def close(self) -> None:
+        self.connections.close()
 
 
 TransportFactory = Callable[[aiohttp.ClientSession, Timeouts], WorkerTransport]

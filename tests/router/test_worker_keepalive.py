@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 from aiohttp import web
 
 from pearl_sglang.router.worker_client import Timeouts, stream_generate
+from pearl_sglang.router.worker_http import WorkerConnections
 
 
 async def _sse_worker() -> tuple[web.AppRunner, str, set]:
@@ -37,11 +37,12 @@ async def _sse_worker() -> tuple[web.AppRunner, str, set]:
 async def test_finished_streams_reuse_one_connection():
     runner, url, peers = await _sse_worker()
     try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(5):
-                chunks = [c async for c in stream_generate(session, slot=0, url=url, body={"input_ids": [1]},
-                                                           timeouts=Timeouts())]
-                assert [c["output_ids"] for c in chunks] == [[0], [0, 1]]
+        connections = WorkerConnections(connect_s=5)
+        for _ in range(5):
+            chunks = [c async for c in stream_generate(connections, slot=0, url=url, body={"input_ids": [1]},
+                                                       timeouts=Timeouts())]
+            assert [c["output_ids"] for c in chunks] == [[0], [0, 1]]
+        connections.close()
     finally:
         await runner.cleanup()
     assert len(peers) == 1, f"{len(peers)} connections for 5 sequential streams"

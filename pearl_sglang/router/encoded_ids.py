@@ -1,0 +1,113 @@
+"""A prompt's token ids kept as the JSON text they arrived in, decoded only when read.
+
+A rollout turn carries its whole context (thousands to tens of thousands of ids), and
+the router needs the ids themselves only to resubmit a moved request or to hash the few
+ids after the prompt's last full block. Placement needs the prompt's length and its
+block hashes, both of which come from the text and its comma positions (numpy, no
+Python loop per token), and the worker gets the same text back inside the body
+(``fastjson`` writes it as a raw JSON fragment). Decoding 4K ids into Python ints and
+encoding them again was the largest share of a request's cost.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence, overload
+
+import numpy as np
+import orjson
+
+_COMMA = ord(",")
+_ZERO = ord("0")
+# Every integer this long fits in 64 bits; orjson decodes longer ones as floats.
+MAX_DIGITS = 19
+
+
+def comma_positions(text: bytes) -> np.ndarray:
+    return np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
+
+
+def canonical_ints(text: bytes, commas: np.ndarray) -> bool:
+    """Whether ``text`` (digits and commas only) is a non-empty list of JSON integers of at
+    most MAX_DIGITS digits: no empty element (``1,,2``, a leading or trailing comma) and
+    no leading zero (``01``), as a JSON decoder would require. numpy over the comma
+    positions: a bytes search for ``,,`` is slower than all of this on id text."""
+    n = len(text)
+    if not n or text[0] == _COMMA or text[-1] == _COMMA:
+        return False
+    if text[0] == _ZERO and n > 1 and text[1] != _COMMA:
+        return False
+    if not len(commas):
+        return n <= MAX_DIGITS
+    if commas[0] > MAX_DIGITS or n - 1 - commas[-1] > MAX_DIGITS:
+        return False
+    if len(commas) > 1:
+        gaps = np.diff(commas)
+        if gaps.min() < 2 or gaps.max() > MAX_DIGITS + 1:
+            return False
+    arr = np.frombuffer(text, dtype=np.uint8)
+    starts = commas + 1
+    zeros = starts[arr[starts] == _ZERO] + 1  # the character after an element's leading 0
+    zeros = zeros[zeros < n]
+    return not len(zeros) or bool((arr[zeros] == _COMMA).all())
+
+
+class EncodedIds(Sequence[int]):
+    """Non-negative token ids as canonical JSON text without brackets (``b"1,2,3"``),
+    already validated (``canonical_ints``). Compares equal to any sequence of the same
+    ids; slicing from a block boundary decodes only the tail."""
+
+    __slots__ = ("text", "commas", "_ids")
+
+    def __init__(self, text: bytes, commas: np.ndarray | None = None) -> None:
+        self.text = text
+        self.commas = comma_positions(text) if commas is None else commas
+        self._ids: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.commas) + 1
+
+    def decoded(self) -> list[int]:
+        if self._ids is None:
+            self._ids = orjson.loads(b"[" + self.text + b"]")
+        return self._ids
+
+    @property
+    def is_decoded(self) -> bool:
+        return self._ids is not None
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice) and self._ids is None and index.step is None and index.stop is None:
+            start = index.start or 0
+            if 0 < start < len(self):
+                return orjson.loads(b"[" + self.text[int(self.commas[start - 1]) + 1:] + b"]")
+            if start == 0 or start >= len(self):
+                return orjson.loads(b"[" + self.text + b"]") if start == 0 else []
+        return self.decoded()[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.decoded())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EncodedIds):
+            return self.text == other.text
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(other) == self.decoded()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"EncodedIds({len(self)} ids)"
+
+    def json_fragment(self) -> orjson.Fragment:
+        return orjson.Fragment(b"[" + self.text + b"]")
+
+
+def as_list(ids: Sequence[int]) -> list[int]:
+    """A plain list (for code that must hold or change the ids)."""
+    return ids.decoded() if isinstance(ids, EncodedIds) else list(ids)

@@ -1,0 +1,95 @@
+"""A flat ``input_ids`` prompt stays the JSON text it arrived in: the router validates,
+measures and hashes it from that text, and the worker gets the same text back, so a
+long context is never decoded into Python ints on the way through."""
+from __future__ import annotations
+
+import random
+
+import httpx
+import orjson
+from hypothesis import given, settings, strategies as st
+
+from pearl_sglang import fastjson
+from pearl_sglang.control.attach import attached_table
+from pearl_sglang.control.state_store import StateStore
+from pearl_sglang.router.app import build_app
+from pearl_sglang.router.connections import start_site
+from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_positions
+from pearl_sglang.router.selection import TOKEN_BLOCK, context_tokens, extend_prefix_key, prefix_key
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.router.worker_client import HttpTransport
+from tests.router.conftest import ADMIN_TOKEN
+from tests.support.emulated import emulator
+from pearl_sglang.router.config import RouterConfig, Security
+
+
+def _decodes(text: bytes) -> bool:
+    try:
+        ids = orjson.loads(b"[" + text + b"]")
+    except ValueError:
+        return False
+    return bool(ids) and all(type(i) is int for i in ids)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789,", max_size=60))
+def test_validation_from_text_agrees_with_a_json_decoder(text):
+    raw = text.encode()
+    assert canonical_ints(raw, comma_positions(raw)) == _decodes(raw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 2**63), min_size=1, max_size=4 * TOKEN_BLOCK + 3), st.lists(st.integers(0, 999), max_size=70))
+def test_encoded_ids_read_like_the_list(ids, more):
+    enc = EncodedIds(fastjson.dumps(ids)[1:-1])
+    assert len(enc) == len(ids) == context_tokens(enc, None)
+    key = prefix_key(enc, None)
+    assert key == prefix_key(ids, None)
+    assert extend_prefix_key(key, enc, more) == extend_prefix_key(key, ids, more)
+    assert not enc.is_decoded  # length, hashes and the tail after the last block: from the text
+    assert fastjson.dumps({"input_ids": enc}) == fastjson.dumps({"input_ids": ids})
+    assert enc == ids and list(enc) == ids and enc[len(ids) // 2:] == ids[len(ids) // 2:]
+
+
+class _Recording:
+    """The HTTP transport, keeping every body it sends."""
+
+    def __init__(self, inner: HttpTransport, bodies: list) -> None:
+        self.inner, self.bodies = inner, bodies
+
+    def stream_generate(self, *, slot, url, body):
+        self.bodies.append(body)
+        return self.inner.stream_generate(slot=slot, url=url, body=body)
+
+    async def post_json(self, *, slot, url, path, body):
+        return await self.inner.post_json(slot=slot, url=url, path=path, body=body)
+
+    async def abort(self, *, url, rid):
+        return await self.inner.abort(url=url, rid=rid)
+
+    async def close(self):
+        await self.inner.close()
+
+
+async def test_a_long_prompt_reaches_the_worker_without_being_decoded():
+    ids = [random.Random(3).randrange(3, 1000) for _ in range(5000)]
+    bodies: list = []
+    async with emulator() as (worker, _):
+        config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600)
+        app = build_app(config, StateStore(attached_table(regular=(worker,))),
+                        transport_factory=lambda session, timeouts: _Recording(HttpTransport(session, timeouts), bodies))
+        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0)
+        try:
+            async with httpx.AsyncClient(timeout=30) as c:
+                for _ in range(2):  # the second turn: the prefix is cached where the first ran
+                    r = await c.post(f"http://127.0.0.1:{port}/generate", content=orjson.dumps(
+                        {"input_ids": ids, "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}),
+                        headers={"Content-Type": "application/json"})
+                    assert r.status_code == 200, r.text
+        finally:
+            await runner.cleanup()
+    assert r.json()["meta_info"]["prompt_tokens"] == len(ids)
+    assert r.json()["meta_info"]["cached_tokens"] > 0
+    sent = [b["input_ids"] for b in bodies]
+    assert all(isinstance(s, EncodedIds) and not s.is_decoded for s in sent), sent
+    assert sent[0] == ids
