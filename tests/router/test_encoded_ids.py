@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from pearl_sglang import fastjson
 from pearl_sglang.control.attach import attached_table
-from pearl_sglang.control.state_store import StateStore
-from pearl_sglang.router.app import build_app
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.connections import start_site
 from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_positions
 from pearl_sglang.router.selection import TOKEN_BLOCK, context_tokens, extend_prefix_key, prefix_key
