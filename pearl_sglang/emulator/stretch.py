@@ -214,7 +214,5 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
             h.first_token_time = first_end
         r.private += n
     sched.private_total += n * len(st.batch)
-    b = len(st.batch)
-    for i in range(lo, hi):
-        stats.record(st.ends[i], st.durations[i], b)
+    stats.record_decode_run(st.ends[lo:hi], st.durations[lo:hi], len(st.batch))
     st.done = hi
