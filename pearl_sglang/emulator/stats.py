@@ -50,6 +50,25 @@ class Stats:
         while self._window and self._window[0][0] < t - self.WINDOW_S:
             self._window.popleft()
 
+    def record_decode_run(self, ends: list[float], durations: list[float], tokens: int) -> None:
+        """``record`` of decode-only iterations ``ends[i]``/``durations[i]`` with ``tokens``
+        each, in order: the same sums, added in the same order, and the same window (which
+        only drops entries older than the last end's window)."""
+        busy, decode_s, window = self.busy_s, self.decode_only_s, self._window
+        for t, d in zip(ends, durations):
+            decode_s += d
+            busy += d
+            window.append((t, tokens, d))
+        self.busy_s, self.decode_only_s = busy, decode_s
+        n = len(ends)
+        self.iterations += n
+        self.decode_only_tokens += n * tokens
+        self.generation_tokens += n * tokens
+        if n:
+            floor = ends[-1] - self.WINDOW_S
+            while window and window[0][0] < floor:
+                window.popleft()
+
     def finished(self, h: RequestHandle) -> None:
         self.requests += 1
         self.cached_tokens += h.cached_tokens

@@ -18,18 +18,27 @@ engine, and any queued admission that could start.  Its last iteration is an ord
 ``Iteration``, completed by the engine's usual code, so finishes and callbacks happen
 exactly as before.  Requests with stop strings are never stretched (their check decodes
 text).  Pure apart from the handles and scheduler state that ``commit`` updates.
+
+A batch whose requests cannot finish on a token (``ignore_eos``, no stop ids) draws its
+tokens for all requests at once, one numpy step per iteration (``draw_batch``): the same
+64-bit arithmetic as ``tokens.draw``, wrapping the same way, so the same ids.  The context
+hashes after each token are kept, so committing does not hash the tokens again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
 from .scheduler import Iteration, Req, Scheduler
 from .stats import Stats
-from .tokens import BASE, MASK, draw
+from .tokens import BASE, MASK, TokenSpace, draw
 
 # Tokens drawn ahead per request at most; bounds the work a cut-short stretch wastes.
 MAX_STRETCH = 512
+# Batches at least this large draw their tokens with numpy (below it Python is cheaper).
+VECTOR_BATCH = 6
 
 
 @dataclass
@@ -38,6 +47,7 @@ class DecodeStretch:
 
     batch: list[Req]
     tokens: list[list[int]]  # per request, the tokens of iterations 1..K-1
+    hashes: list[list[int]]  # per request, its context hash after each of those tokens
     ends: list[float]        # end time of each iteration
     durations: list[float]
     context_tokens: int      # of iteration 1
@@ -97,25 +107,84 @@ def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[
     if k < 2:
         return None
     space, eos = sched.space, sched.space.eos_token_id
-    tokens = []
+    if b >= VECTOR_BATCH and all(r.req.sampling.ignore_eos and not r.req.sampling.stop_token_ids for r in batch):
+        tokens, hashes = draw_batch(space, [r.h for r in batch], [sched.salt_for(r.salt_seed) for r in batch], k - 1)
+        return DecodeStretch(batch=list(batch), tokens=tokens, hashes=hashes, ends=ends, durations=durations,
+                             context_tokens=ctx)
+    tokens, hashes = [], []
     for r in batch:
         sp = r.req.sampling
         salt, h, n = sched.salt_for(r.salt_seed), r.h, len(r.handle.output_ids)
         stops, watch_eos, floor = sp.stop_token_ids, not sp.ignore_eos, sp.min_new_tokens
         out: list[int] = []
+        hs: list[int] = []
         while len(out) < k - 1:
             tok = draw(space, sp, h, salt, n)
             out.append(tok)
             h = (h * BASE + tok + 1) & MASK
+            hs.append(h)
             n += 1
             if n > floor and ((watch_eos and tok == eos) or tok in stops):
                 k = len(out)  # it finishes in iteration k: that one is the stretch's last
                 break
         tokens.append(out)
+        hashes.append(hs)
     if k < 2:
         return None
-    return DecodeStretch(batch=list(batch), tokens=tokens, ends=ends[:k], durations=durations[:k],
+    return DecodeStretch(batch=list(batch), tokens=tokens, hashes=hashes, ends=ends[:k], durations=durations[:k],
                          context_tokens=ctx)
+
+
+_U = np.uint64
+_SM_ADD, _SM_M1, _SM_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def draw_batch(space: TokenSpace, hashes: list[int], salts: list[int], n: int) -> tuple[list[list[int]], list[list[int]]]:
+    """``n`` tokens of each request (context hashes ``hashes``, salts ``salts``) that
+    cannot finish on a token, and the hash after each: ``TokenSpace.next_token`` on all of
+    them per step, in uint64 arithmetic (wrapping mod 2**64 as the Python code masks).  A
+    draw that lands on EOS or a special id (rare) is redone in Python, as ``next_token``
+    would.  Constants are whole arrays: numpy's array-by-scalar operations cost several
+    times more than array-by-array ones at these sizes."""
+    b = len(hashes)
+
+    def const(v: int) -> np.ndarray:
+        return np.full(b, v, dtype=np.uint64)
+
+    add, m1, m2, s30, s27, s31 = const(_SM_ADD), const(_SM_M1), const(_SM_M2), const(30), const(27), const(31)
+    base, one, low, span = const(BASE), const(1), const(space.low), const(space.vocab_size - space.low)
+    banned = [const(t) for t in sorted({space.eos_token_id, *space.special_ids}) if space.low <= t < space.vocab_size]
+    h = np.array(hashes, dtype=np.uint64)
+    salt = np.array(salts, dtype=np.uint64)
+    toks = np.empty((n, b), dtype=np.uint64)
+    hs = np.empty((n, b), dtype=np.uint64)
+    x, y = np.empty(b, dtype=np.uint64), np.empty(b, dtype=np.uint64)
+    hit = np.empty(b, dtype=bool)
+    for i in range(n):
+        np.bitwise_xor(h, salt, out=x)
+        x += add
+        np.right_shift(x, s30, out=y)
+        x ^= y
+        x *= m1
+        np.right_shift(x, s27, out=y)
+        x ^= y
+        x *= m2
+        np.right_shift(x, s31, out=y)
+        x ^= y
+        tok = toks[i]
+        np.remainder(x, span, out=tok)
+        tok += low
+        for t in banned:
+            np.equal(tok, t, out=hit)
+            if np.count_nonzero(hit):
+                for j in np.flatnonzero(hit).tolist():
+                    tok[j] = space.next_token(int(h[j]), int(salt[j]))
+        row = hs[i]
+        np.multiply(h, base, out=row)
+        row += tok
+        row += one
+        h = row
+    return toks.T.tolist(), hs.T.tolist()
 
 
 def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
@@ -126,17 +195,15 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
     lo, hi = st.done, st.done + n
     version, space = sched.version, sched.space
     first_end = st.ends[lo]
-    for r, toks in zip(st.batch, st.tokens):
+    for r, toks, hs in zip(st.batch, st.tokens, st.hashes):
         h = r.handle
         out = h.output_ids
         n_out = len(out)
-        logprob = r.req.return_logprob
-        salt, x = sched.salt_for(r.salt_seed) if logprob else 0, r.h
-        for tok in toks[lo:hi]:
-            if logprob:
-                h.output_logprobs.append(space.logprob(x, salt))
-            x = (x * BASE + tok + 1) & MASK
-        r.h = x
+        if r.req.return_logprob:
+            salt = sched.salt_for(r.salt_seed)
+            for before in [r.h, *hs[lo:hi - 1]]:  # each token's logprob is of the context before it
+                h.output_logprobs.append(space.logprob(before, salt))
+        r.h = hs[hi - 1]
         out.extend(toks[lo:hi])
         spans = h.weight_versions
         if spans and spans[-1][0] == version:
@@ -147,7 +214,5 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
             h.first_token_time = first_end
         r.private += n
     sched.private_total += n * len(st.batch)
-    b = len(st.batch)
-    for i in range(lo, hi):
-        stats.record(st.ends[i], st.durations[i], b)
+    stats.record_decode_run(st.ends[lo:hi], st.durations[lo:hi], len(st.batch))
     st.done = hi

@@ -64,7 +64,8 @@ def test_worker_transports_replay_the_same_steps(pd_mode):
 @pytest.mark.parametrize("pd_mode", ["colocated", "disaggregated"])
 def test_engine_steppings_replay_the_same_steps(pd_mode):
     """Decode stretches change how many engine events a replay runs, not its results: every
-    step record, the summary and virtual time equal those of iteration-by-iteration stepping."""
+    step record, the summary, virtual time and each worker's busy time equal those of
+    iteration-by-iteration stepping."""
     config = ReplayConfig(system="pearl", segment=1, minutes=4, batch_size=8, group_size=4, train_step_s=60,
                           workload={"turns_median": 4, "turns_max": 6}, pd_mode=pd_mode)
     runs = {s: replay(replace(config, engine_stepping=s)) for s in ("stretch", "iteration")}
@@ -72,6 +73,8 @@ def test_engine_steppings_replay_the_same_steps(pd_mode):
     assert stretch["steps"] and stretch["steps"] == iteration["steps"]
     assert stretch["summary"] == iteration["summary"] and stretch["samples"] == iteration["samples"]
     assert stretch["run"]["virtual_s"] == iteration["run"]["virtual_s"]
+    # each worker's tokens and busy seconds by phase, to the last bit
+    assert stretch["engines"] and stretch["engines"] == iteration["engines"]
     if pd_mode == "disaggregated":
         assert all(set(s["topology"]) & {"P"} for s in stretch["steps"])
     assert stretch["run"]["loop"]["steps"] < iteration["run"]["loop"]["steps"] / 5, runs

@@ -10,8 +10,12 @@ pair whose transfers and timers are engine events.
 """
 from __future__ import annotations
 
+from hypothesis import given, settings, strategies as st
+
 from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role, SamplingParams, VirtualCluster,
                                    load_profile)
+from pearl_sglang.emulator.stretch import draw_batch
+from pearl_sglang.emulator.tokens import BASE, MASK, TokenSpace, draw
 
 TINY = load_profile("tiny")
 CHATTY = TINY.replace(eos_probability=0.02)  # many EOS finishes among ignore_eos=False requests
@@ -75,7 +79,8 @@ def scenario(stretches: bool) -> tuple[dict, int]:
         handles[rid + "/p"] = prefill.submit(r)
 
     for i in range(10):  # more than fit: the queue waits behind max_running, then KV retracts
-        c.call_at(0.01 * i, lambda i=i: submit(tight, f"t{i}", _prompt(i, 300), stream=64 * (i % 2),
+        rid = f"t{i}" + ("lp" if i == 2 else "")  # log-probabilities of a batch drawn with numpy
+        c.call_at(0.01 * i, lambda i=i, rid=rid: submit(tight, rid, _prompt(i, 300), stream=64 * (i % 2),
                                                 max_new_tokens=120 + 10 * i, ignore_eos=True))
     for i in range(10):  # the same prompts again: what the cache kept (and evicted) shows
         c.call_at(0.5 + 0.01 * i, lambda i=i: submit(tight, f"again{i}", _prompt(i, 300), max_new_tokens=20,
@@ -122,3 +127,30 @@ def test_stretches_and_iteration_stepping_give_the_same_run() -> None:
     assert hs["orphan"][2].message.startswith("Request timed out")
     assert any(hs[f"again{i}"][7] for i in range(10))  # cache hits after KV pressure
     assert stretch_events < 0.75 * step_events, (stretch_events, step_events)
+
+
+_U64 = st.integers(min_value=0, max_value=MASK)
+
+
+@given(hashes=st.lists(_U64, min_size=1, max_size=12), salt=_U64, n=st.integers(1, 40),
+       vocab=st.sampled_from([7, 300, 151936]), low=st.sampled_from([0, 1, 2]),
+       specials=st.sampled_from([(), (1,), (0, 2, 4, 5, 6, 9)]))
+@settings(max_examples=150, deadline=None)
+def test_batch_draws_equal_one_by_one_draws(hashes, salt, n, vocab, low, specials) -> None:
+    """The numpy draw of a batch is ``tokens.draw`` for each request, token for token and
+    hash for hash, even when tiny vocabularies make EOS and special ids come up often."""
+    space = TokenSpace(vocab_size=vocab, eos_token_id=min(vocab - 1, 2), low=low,
+                       special_ids=frozenset(t for t in specials if t < vocab - 1 and t != 2))
+    salts = [(salt * (j + 1)) & MASK for j in range(len(hashes))]
+    sp = SamplingParams(ignore_eos=True, max_new_tokens=n)
+    want_tokens, want_hashes = [], []
+    for h, s in zip(hashes, salts):
+        toks, hs = [], []
+        for i in range(n):
+            tok = draw(space, sp, h, s, i)
+            h = (h * BASE + tok + 1) & MASK
+            toks.append(tok)
+            hs.append(h)
+        want_tokens.append(toks)
+        want_hashes.append(hs)
+    assert draw_batch(space, hashes, salts, n) == (want_tokens, want_hashes)

@@ -1,9 +1,11 @@
 """Pure pieces: the token function, the context hash, the prefix cache, the link."""
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from pearl_sglang.emulator.prefix_cache import PrefixCache
+from pearl_sglang.emulator.stats import Stats
 from pearl_sglang.emulator.tokens import (TokenSpace, block_hashes, extend_hash, hash_tokens,
                                           version_salt)
 from pearl_sglang.emulator.transfer import SharedLink
@@ -117,3 +119,39 @@ def test_byte_codec_encodes_specials_as_one_id_and_the_rest_as_utf8_bytes():
     assert codec.encode("ab<|im_start|>é<|im_end|><|x<|endoftext|>") == [
         97, 98, 257, 195, 169, 258, 60, 124, 120, 256]
     assert codec.encode("") == [] and codec.decode(codec.encode("plain text, 中")) == "plain text, 中"
+
+
+@given(st.lists(st.integers(min_value=-3, max_value=(1 << 64) - 1), min_size=4, max_size=80),
+       st.sampled_from([1, 4, 16]), st.sampled_from([list, tuple]))
+@settings(max_examples=200, deadline=None)
+def test_block_hashes_convert_any_ids_as_uint64_would(ids: list[int], page: int, kind: type) -> None:
+    """The int64 fast path gives the keys (or the error) of the plain uint64 conversion,
+    for ids int64 cannot hold and negative ones too."""
+    def direct() -> list[int]:
+        n = len(ids) // page * page
+        ref = [hash_tokens(np.asarray(ids[:(b + 1) * page], dtype=np.uint64)) for b in range(n // page)]
+        return ref
+
+    try:
+        want: object = direct()
+    except OverflowError:
+        want = OverflowError
+    try:
+        got: object = block_hashes(kind(ids), page)
+    except OverflowError:
+        got = OverflowError
+    assert got == want
+
+
+def test_a_decode_run_records_what_its_iterations_would() -> None:
+    ends = [0.1 * k + 0.013 * (k % 3) for k in range(1, 120)]
+    durations = [e - (ends[i - 1] if i else 0.0) for i, e in enumerate(ends)]
+    one, run = Stats(), Stats()
+    for t, d in zip(ends[:7], durations[:7]):
+        one.record(t, d, 5, prefill_tokens=40)
+        run.record(t, d, 5, prefill_tokens=40)
+    for t, d in zip(ends[7:], durations[7:]):
+        one.record(t, d, 9)
+    run.record_decode_run(ends[7:60], durations[7:60], 9)
+    run.record_decode_run(ends[60:], durations[60:], 9)
+    assert vars(one) == vars(run)
