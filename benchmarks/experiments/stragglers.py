@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
           f"Qwen3-8B, batch {batch}, preset `{args.preset}`, {steps} steps (the first excluded). "
           f"`cut`: the share of the distance from `off`'s rollout/floor to 1.0 that the variant removes "
           f"(the issue asks for at least a third, with no throughput loss). Contention: a trajectory's "
-          f"time in requests over the same turns alone on an idle worker.\n\n"
+          f"time in requests over the same turns alone on an idle worker. `carry-over`'s rollout/floor has "
+          f"`off`'s denominator (the step's batch's slowest trajectory alone), although its steps do not wait "
+          f"for their slowest trajectories (it can go below 1.0); its step throughput counts each trajectory "
+          f"in the step that trains it. Workers busy: the least and most busy worker's busy seconds over the "
+          f"rollout's, per measured step.\n\n"
           + md_table(["pool", "variant", "rollout / floor", "cut", "step tok/s", "tok/s vs off",
                       "step s", "rollout s (measured steps)", "workers busy / rollout",
                       "last trajectory: contention", "contention: last tenth / rest"], rows)
