@@ -43,7 +43,7 @@ class Job:
 # Fields left out of the cache key at their defaults, so runs cached before they existed
 # stay valid: ones that change how a replay is computed, not its results (tested), and
 # options added later whose default is what every earlier run did.
-_RESULT_NEUTRAL = {"engine_stepping": "stretch", "router": {}, "engine_args": ()}
+_RESULT_NEUTRAL = {"engine_stepping": "stretch", "router": {}, "engine_args": (), "carry_over_share": None}
 
 
 def _key(config: ReplayConfig) -> str:

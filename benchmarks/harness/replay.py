@@ -100,6 +100,7 @@ class ReplayConfig:
     pd_mode: Optional[str] = None              # auto, colocated, disaggregated or "P:D"
     router: dict[str, Any] = field(default_factory=dict)  # RouterConfig fields (e.g. straggler_priority)
     engine_args: tuple[str, ...] = ()          # extra worker flags (e.g. --enable-priority-scheduling)
+    carry_over_share: Optional[float] = None   # driver: partial rollouts (end at this share; None: off)
 
     def sweworkload(self) -> SweWorkload:
         """The preset's workload with this run's batch, seed and overrides."""
@@ -231,6 +232,11 @@ class Recorder:
             "prediction": new_prediction(control.get("step_predictions") or [], self._predicted_steps),
             # Per trajectory of the batch: [id, turns, seconds in requests, seconds in the environment].
             "trajectories": trajectory_times(r),
+            # Partial-rollout carry-over: trajectories resumed into this batch and left out of it,
+            # and the batch's generated tokens by the policy version that generated them.
+            "carried_in": list(r.carried_in), "carried_out": list(r.carried_out),
+            "carried_out_generated_tokens": r.carried_out_generated_tokens,
+            "weight_version": r.weight_version, "tokens_by_policy": tokens_by_policy(r),
         }
         if row["prediction"] is not None:
             row["prediction"]["rollout_s"] = row["rollout_s"]
@@ -251,6 +257,14 @@ def trajectory_times(r: StepResult) -> list[list[Any]]:
         row[2] += t.request_s
         row[3] += t.env_time_s
     return [[tid, n, round(req, 3), round(env, 3)] for tid, n, req, env in per.values()]
+
+
+def tokens_by_policy(r: StepResult) -> dict[str, int]:
+    """Generated tokens of a step's batch by the policy version that generated them."""
+    out: dict[str, int] = {}
+    for t in r.telemetry:
+        out[t.policy_version] = out.get(t.policy_version, 0) + t.generated_tokens
+    return out
 
 
 def summarize(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -342,7 +356,8 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
                 driver = AgenticRLDriver(
                     url, workload=workload,
                     trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
-                    config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps),
+                    config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
+                                        carry_over_share=config.carry_over_share),
                     time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
                     on_step=recorder.on_step)
                 replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None

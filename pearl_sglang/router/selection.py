@@ -185,7 +185,7 @@ class Selector:
             options = self._options(colocated, loads, key)
             i = (self.routing.select_worker(options, request) if isolation is None else
                  choose_colocated_isolated(request.rates, options, context_tokens=request.context_tokens,
-                                           isolation=isolation, holder=request.holder,
+                                           isolation=isolation, holder=request.home,
                                            margin=getattr(self.routing, "margin", 0.0)))
             return Target(worker=colocated[i], prefill_tokens=_own_prefill(request, options[i]))
         if not prefills or not decodes:
@@ -194,7 +194,7 @@ class Selector:
         d_options = self._options(decodes, loads, ())
         p, d = (self.routing.select_pair(p_options, d_options, request) if isolation is None else
                 choose_pair_isolated(request.rates, p_options, d_options, context_tokens=request.context_tokens,
-                                     isolation=isolation, holder=request.holder,
+                                     isolation=isolation, holder=request.home,
                                      margin=getattr(self.routing, "margin", 0.0)))
         return Target(prefill=prefills[p], decode=decodes[d], prefill_tokens=_own_prefill(request, p_options[p]))
 

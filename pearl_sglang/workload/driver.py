@@ -240,4 +240,5 @@ def _step_result(step: int, batch: _Batch, *, period_start: float, train_start: 
         mean_trajectory_s=fmean(durations), max_trajectory_s=max(durations),
         telemetry=tuple(x for t in trajs for x in t.telemetry),
         carried_in=batch.carried_in, carried_out=tuple(p.trajectory_id for p in batch.carried_out),
+        carried_out_generated_tokens=sum(p.generated for p in batch.carried_out),
         trajectory_ids=tuple(t.trajectory_id for t in trajs))

@@ -113,6 +113,8 @@ class StepResult:
     # among ``trajectories``), and those left unfinished at this step's cut (trained later).
     carried_in: tuple[str, ...] = ()
     carried_out: tuple[str, ...] = ()
+    # Tokens the carried-out trajectories generated in their completed turns (trained later).
+    carried_out_generated_tokens: int = 0
     trajectory_ids: tuple[str, ...] = ()
 
     @property

@@ -121,6 +121,38 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     assert replace(both, router={}, engine_args=()) == off
     assert both.router == {"straggler_priority": True, "straggler_isolation": True}
     assert both.engine_args == ("--enable-priority-scheduling",)
+    carry = by_name["pearl-no-borrow-g8-colocated-b32-s2-carry-over"]
+    assert carry.carry_over_share == stragglers.CARRY_OVER_SHARE and off.carry_over_share is None
+    assert replace(carry, carry_over_share=None) == off
+    [(_, _, some)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carry-over"])
+    assert sorted(j.name for j in some) == sorted(n for n in by_name if n.endswith(("-s2", "-carry-over")))
+    with pytest.raises(SystemExit):
+        runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carryover"])
+
+
+def test_carry_cost_counts_stale_and_thrown_away_tokens_and_busy_share_the_pool_at_work():
+    from benchmarks.experiments import stragglers
+
+    def step(k, tokens_by_policy, carried_in=(), carried_out_tokens=0, generated=None):
+        return {"step": k, "weight_version": f"v{k}", "tokens_by_policy": tokens_by_policy,
+                "carried_in": list(carried_in), "carried_out_generated_tokens": carried_out_tokens,
+                "generated_tokens": sum(tokens_by_policy.values()) if generated is None else generated,
+                "rollout_s": 100.0, "utilization": {"workers": {"0": {"busy_s": 90.0}, "1": {"busy_s": 60.0}}}}
+
+    # Step s trains on the policy step s-1 pushed: in step 2, v1 is on-policy, v0 one behind,
+    # initial two; in step 1, v0 is on-policy and initial one behind.
+    steps = [step(0, {"initial": 100}, carried_out_tokens=30),
+             step(1, {"initial": 40, "v0": 60}, carried_in=["traj-3"], carried_out_tokens=10),
+             step(2, {"initial": 10, "v0": 30, "v1": 60}, carried_in=["traj-9"], carried_out_tokens=5)]
+    result = {"steps": steps, "engines": [{"generated_tokens": 250}, {"generated_tokens": 60}]}
+    cost = stragglers.carry_cost(result)
+    assert cost["carried_in"] == [1, 1]
+    assert cost["tokens_by_staleness"] == pytest.approx({0: 120 / 200, 1: 70 / 200, 2: 10 / 200})
+    # 310 generated, 300 trained, 5 still in the last step's carried-out trajectories.
+    assert cost["thrown_away_tokens"] == 5 and cost["thrown_away_share"] == pytest.approx(5 / 310)
+    assert stragglers.busy_share(result) == [(0.6, 0.9), (0.6, 0.9)]
+    del steps[1]["tokens_by_policy"]  # recorded before the harness kept it
+    assert stragglers.carry_cost(result) is None
 
 
 def test_tail_mechanism_names_the_last_trajectory_and_its_contention():

@@ -136,3 +136,32 @@ def test_router_options_and_worker_flags_leave_cached_runs_valid_and_reach_the_c
     mapping = cluster_mapping(on, resolve_system(on), tmp_path)
     assert mapping["engine"]["extra_args"] == ["--enable-priority-scheduling"]
     assert "extra_args" not in cluster_mapping(config, resolve_system(config), tmp_path)["engine"]
+
+
+def test_a_replay_with_carry_over_records_what_each_step_carried_and_its_policies():
+    """The driver's partial rollouts in a replay: each step ends once its share of the batch
+    finished; the rest are resumed first in the next step, and the step rows say which,
+    with the batch's tokens by the policy that generated them. Off, nothing is carried and
+    earlier runs keep their cache key."""
+    from benchmarks.experiments.runner import _key
+
+    config = ReplayConfig(system="pearl-no-borrow", segment=1, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 6, "turns_max": 10}, steps=3, follow_trace=False,
+                          carry_over_share=0.5)
+    assert _key(replace(config, carry_over_share=None)) == _key(replace(config, carry_over_share=None, router={}))
+    assert _key(config) != _key(replace(config, carry_over_share=None))
+    result = replay(config)
+    steps = result["steps"]
+    assert [s["step"] for s in steps] == [0, 1, 2] and result["summary"]["errors"] == 0
+    for prev, s in zip([None, *steps], steps):
+        assert s["carried_in"] == (prev["carried_out"] if prev else [])
+        assert len(s["trajectories"]) >= 4 and len(s["trajectories"]) + len(s["carried_out"]) == 8
+        assert sum(s["tokens_by_policy"].values()) == s["generated_tokens"]
+    assert any(s["carried_in"] for s in steps)
+    versions = {v for s in steps for v in s["tokens_by_policy"]}
+    assert versions <= {"initial"} | {s["weight_version"] for s in steps}
+    # Tokens generated: trained, still in the trajectories the last step carried out, or cut
+    # mid-turn (generated again after the resume).
+    generated = sum(e["generated_tokens"] for e in result["engines"])
+    kept = sum(s["generated_tokens"] for s in steps) + steps[-1]["carried_out_generated_tokens"]
+    assert generated >= kept

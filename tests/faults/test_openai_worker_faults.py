@@ -12,7 +12,7 @@ from pearl_sglang.control.processes import wait_all_healthy
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER
 from tests.faults.support import collect_sse, fault_config, until
-from tests.router.conftest import running_router
+from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.workers import WorkerLauncher
 
 KINDS = [pytest.param("emulator", marks=pytest.mark.timeout(60)),
@@ -53,22 +53,45 @@ async def test_worker_sigkilled_mid_chat_stream_completes_elsewhere_exact(kind, 
     victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
-        # The victim is slot 0, so an idle router sends the request there.
-        async with running_router(regular=[victim.url, survivor.url],
-                                  config=fault_config(chunk_s=30.0)) as (url, app, _):
+        # The stream starts while the victim is the router's only worker, so it runs there
+        # whatever placement would prefer (the shared survivor may hold the prompt in its
+        # prefix cache from earlier tests); the survivor joins once tokens flow, and the
+        # victim is killed only after it has.
+        async with running_router(regular=[victim.url], config=fault_config(chunk_s=30.0)) as (url, app, store):
+            st = app[ROUTER]
             seen: list[int] = []
+            killed_at: list[int] = []
+            joined = asyncio.Event()
+            tasks: list[asyncio.Task] = []
+
+            def joined_yet() -> bool:
+                return any(w.endpoint == survivor.url for w in store.table.active())
+
+            async def join_survivor(c: httpx.AsyncClient) -> None:
+                r = await c.post(url + "/workers", json={"url": survivor.url},
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+                assert r.status_code == 202, r.text
+                await until(joined_yet, timeout=120, what="the survivor to join")
+                joined.set()
 
             def kill(event):
-                if event.get("choices") and event["choices"][0]["delta"].get("content"):
-                    seen.append(1)
-                if len(seen) == 20:
+                if not (event.get("choices") and event["choices"][0]["delta"].get("content")):
+                    return
+                seen.append(1)
+                if len(seen) == 1:
+                    assert st.inflight.load().get(0), "the stream is not on the victim"
+                    tasks.append(asyncio.ensure_future(join_survivor(c)))
+                if len(seen) >= 20 and joined.is_set() and not killed_at:
+                    killed_at.append(len(seen))
                     victim.kill()
 
             async with httpx.AsyncClient(timeout=600) as c:
                 events = await collect_sse(c, url + "/v1/chat/completions",
                                            _chat(tokens, stream_options={"include_usage": True}), on_chunk=kill)
-            assert len(app[ROUTER].inflight) == 0
-            assert app[ROUTER].dispatcher.migrations >= 1
+                await asyncio.gather(*tasks)
+            assert killed_at, f"the stream ended ({len(seen)} chunks) before the survivor joined"
+            assert len(st.inflight) == 0
+            assert st.dispatcher.migrations >= 1
     finally:
         launcher.stop_all()
     expected = await _reference(survivor.url, tokens)

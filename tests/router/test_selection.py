@@ -69,3 +69,33 @@ def test_a_mixed_pool_sends_requests_to_the_less_busy_side():
     assert sel.choose(table, loads=busy_pair, key=(1, 2)).worker.slot == 0
     assert sel.choose(table, loads={}, key=(1, 2)).worker.slot == 0  # a tie keeps the colocated worker
     assert sel.choose(table, loads=busy_colocated, key=(1, 2), exclude={2}).worker.slot == 0
+
+
+def test_isolated_placement_routes_colocated_and_pd_requests():
+    """With the step's tail begun, placement takes the isolation cost term: a straggler's
+    turn goes to the worker holding no other straggler, another request's turn stays off
+    the workers stragglers run on; colocated and PD alike."""
+    from pearl_sglang.core.placement import WorkerLoad
+    from pearl_sglang.core.state import StateTable
+    from pearl_sglang.core.straggler_isolation import Isolation
+
+    def worker(slot, role):
+        return WorkerRecord(slot=slot, gpus=(f"n0:{slot}",), zone=Zone.DEDICATED, role=role,
+                            activity=Activity.ACTIVE, endpoint=f"http://w{slot}",
+                            bootstrap_port=9000 + slot if role is Role.PREFILL else None)
+
+    colocated = StateTable.create(tp_size=1, dedicated_gpus={"n0:0", "n0:1"}, overlap_gpus=set(),
+                                  workers=[worker(0, Role.COLOCATED), worker(1, Role.COLOCATED)])
+    sel = Selector()
+    sel.remember(_on(0), (1, 2), trajectory="straggler")  # its home: worker 0, where stragglers run
+    loads = {0: WorkerLoad(running=2), 1: WorkerLoad(running=2)}
+    on_0 = {0: 2}
+    assert sel.choose(colocated, loads=loads, key=(1, 2, 3), trajectory="other",
+                      isolation=Isolation(straggler=False, stragglers_on=on_0)).worker.slot == 1
+    assert sel.choose(colocated, loads=loads, key=(1, 2, 3), trajectory="straggler",
+                      isolation=Isolation(straggler=True, stragglers_on=on_0)).worker.slot == 0  # its prefix
+    pd = StateTable.create(tp_size=1, dedicated_gpus={f"n0:{i}" for i in range(3)}, overlap_gpus=set(),
+                           workers=[worker(0, Role.PREFILL), worker(1, Role.DECODE), worker(2, Role.DECODE)])
+    target = sel.choose(pd, loads={1: WorkerLoad(running=2), 2: WorkerLoad(running=2)}, key=(1, 2),
+                        trajectory="other", isolation=Isolation(straggler=False, stragglers_on={1: 2}))
+    assert (target.prefill.slot, target.decode.slot) == (0, 2)

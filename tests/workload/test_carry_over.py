@@ -44,6 +44,14 @@ async def test_unfinished_trajectories_are_carried_and_trained_exactly_once():
     sampler = SweSampler(TINY)
     for prev, r in zip([None, *results], results):
         assert r.carried_in == (prev.carried_out if prev else ())
+        if prev is not None:
+            # What the carried ones had generated before the cut; those carried on again hold the rest.
+            before_cut = sum(t.generated_tokens for t in r.telemetry if t.trajectory_id in r.carried_in
+                             and t.step < r.step)
+            if set(r.carried_in) <= set(r.trajectory_ids):
+                assert prev.carried_out_generated_tokens == before_cut
+            else:
+                assert prev.carried_out_generated_tokens >= before_cut
         assert len(r.trajectory_ids) >= math.ceil(SHARE * TINY.batch_size)
         assert len(r.trajectory_ids) + len(r.carried_out) == TINY.batch_size
         assert not set(r.trajectory_ids) & set(r.carried_out)
