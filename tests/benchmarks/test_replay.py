@@ -111,8 +111,8 @@ def test_replay_records_predicted_and_observed_makespan():
     for p in recorded:
         assert p["predicted_s"] > 0 and p["observed_s"] > 0 and p["rollout_s"] > 0
         assert set(p["predicted_by_model_s"]) == {"paper", "tail"}
-        # The configured model (the default, paper) is the one the control plane acts on.
-        assert p["predicted_s"] == p["predicted_by_model_s"]["paper"]
+        # The configured model (the default) is the one the control plane acts on.
+        assert p["predicted_s"] == p["predicted_by_model_s"][ClusterConfig().makespan_model]
     summary = result["summary"]
     assert summary["predicted_steps"] == len(recorded)
     # Errors are against the measured rollout time, which is what the models predict.

@@ -112,3 +112,26 @@ def test_tail_gate_refuses_when_the_floor_swallows_the_saving():
     slow = TurnSpread(env_mean_s=30, env_std_s=10, tokens_mean=50)
     tail = tail_gate(P, dedicated_workers=1, overlap_workers=3, remaining=(10.0,), spread=slow, toggle_cost_s=1.0)
     assert not tail.borrow and tail.benefit_s < 1.0
+
+
+# The borrow gate's inputs at train_finished of the first step in a decision-quality replay
+# (swe-paper preset, 4 reserved TP2 workers + 8 overlap workers, batch 32, 81.9 s into the
+# next rollout): the fitted profile, the turns left of the 32 running trajectories and the
+# last step's spread. Borrowing paid there: the rollout took 407 s with the overlap workers
+# against 463 s without.
+SWE_BUSY = Profile(B=32, S=30.0, delta_L=14909.0, r=504.16, theta=0.23696, A=0.021435, b=0.00030837,
+                   t_prefill=2.2629e-05, K=147456, BW=84e9, T_over=0.2, T_env=71.570, K_seq=4831838208,
+                   H_max=119.6e9)
+SWE_BUSY_LEFT = (26.0,) + (24.0,) * 5 + (23.0,) * 10 + (22.0,) * 13 + (21.0,) * 3
+SWE_BUSY_SPREAD = TurnSpread(env_mean_s=2.3857, env_std_s=7.1195, tokens_mean=504.16, tokens_std=117.92)
+
+
+def test_tail_gate_borrows_when_the_dedicated_pool_is_busy():
+    g = tail_gate(SWE_BUSY, dedicated_workers=4, overlap_workers=8, remaining=SWE_BUSY_LEFT,
+                  spread=SWE_BUSY_SPREAD, toggle_cost_s=9.44)
+    # The dedicated pool is throughput-bound (451 s of work, floor 447 s): the borrowed
+    # workers take turns off it and the slowest trajectory's turns run at the larger
+    # pool's batch (floor 429 s). Keeping the dedicated floor predicted a 3.7 s saving.
+    assert g.t_ded_s == pytest.approx(450.7, abs=0.5)
+    assert g.t_full_s == pytest.approx(429.0, abs=0.5)
+    assert g.borrow and g.benefit_s > 2 * 9.44

@@ -5,7 +5,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from pearl_sglang.core.decision import decide, enumerate_candidates
 from pearl_sglang.core.errors import InvalidConfig
-from pearl_sglang.core.gate import gate_for_profile
+from pearl_sglang.core.gate import gate_for_profile, tail_gate
 from pearl_sglang.core.step_model import (
     MakespanModel, StepContext, candidates, gate, running_turns, step_predictions,
 )
@@ -102,3 +102,18 @@ def test_model_names_are_validated():
     assert MakespanModel.parse("tail") is MakespanModel.TAIL
     with pytest.raises(InvalidConfig, match="makespan_model"):
         MakespanModel.parse("median")
+
+
+@settings(max_examples=150, deadline=None)
+@given(profiles, st.integers(1, 6), st.integers(1, 6), remainings, spreads)
+def test_tail_gate_keeps_the_floor_only_of_a_tail_bound_pool(p, ded, over, left, spread):
+    g = tail_gate(p, dedicated_workers=ded, overlap_workers=over, remaining=left, spread=spread, toggle_cost_s=0.0)
+    best_ded = min((predict(p, c.topology, remaining=left, spread=spread)
+                    for c in enumerate_candidates(p, ded) if c.feasible), key=lambda pr: pr.makespan_s)
+    full = [predict(p, c.topology, remaining=left, spread=spread)
+            for c in enumerate_candidates(p, ded + over) if c.feasible]
+    if best_ded.tail_bound:  # the slowest trajectory's workers have room: borrowing cannot shorten it
+        assert g.t_full_s == pytest.approx(min(max(pr.throughput_s, best_ded.floor_s) for pr in full))
+        assert g.t_full_s >= best_ded.floor_s * (1 - 1e-9)
+    else:  # busy workers: the full pool's own prediction, floor included
+        assert g.t_full_s == pytest.approx(min(pr.makespan_s for pr in full))
