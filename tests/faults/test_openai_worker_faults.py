@@ -18,7 +18,7 @@ from tests.support.workers import WorkerLauncher
 KINDS = [pytest.param("emulator", marks=pytest.mark.timeout(60)),
          pytest.param("sglang", marks=[pytest.mark.realsglang, pytest.mark.timeout(900)])]
 # Real SGLang decodes a few tokens a second on a shared CPU: fewer, still well past the kill.
-TOKENS = {"emulator": 600, "sglang": 120}
+TOKENS = {"emulator": 600, "sglang": 400}
 
 
 def _chat(tokens: int = TOKENS["emulator"], **extra) -> dict:

@@ -16,13 +16,13 @@ from pearl_sglang.core.state import Role
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.stall import DEFAULT_STALL_S, stall_bound_s
 from pearl_sglang.router.state import ROUTER
-from tests.faults.support import assert_continuous, collect_sse, fault_config
-from tests.router.conftest import running_router
+from tests.faults.support import assert_continuous, collect_sse, fault_config, until
+from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.workers import WorkerLauncher
 
 # (kind, stall bound, tokens per request): real SGLang on two loaded CPU cores is slower.
 KINDS = [pytest.param("emulator", 2.0, 500, marks=pytest.mark.timeout(120)),
-         pytest.param("sglang", 6.0, 200, marks=[pytest.mark.realsglang, pytest.mark.timeout(900)])]
+         pytest.param("sglang", 6.0, 400, marks=[pytest.mark.realsglang, pytest.mark.timeout(900)])]
 
 
 def _body(seed: int, tokens: int) -> dict:
@@ -47,7 +47,9 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
     stopped = False
     try:
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
-        async with running_router(regular=[victim.url, survivor.url],
+        # The streams start while the victim is the router's only worker, so they run there
+        # whatever placement would prefer; the survivor joins while they run, before the stop.
+        async with running_router(regular=[victim.url],
                                   config=fault_config(chunk_s=stall_s, breaker_cooldown_s=600)) as (url, app, store):
             victim_slot = next(w.slot for w in store.table.active() if w.endpoint == victim.url)
             async with httpx.AsyncClient(timeout=120) as c:
@@ -57,7 +59,12 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
                 while not await asyncio.to_thread(_running, victim.url):
                     assert time.monotonic() < deadline, "no request reached the victim"
                     await asyncio.sleep(0.05)
-                await asyncio.sleep(0.3)
+                r = await c.post(url + "/workers", json={"url": survivor.url},
+                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+                assert r.status_code == 202, r.text
+                await until(lambda: any(w.endpoint == survivor.url for w in store.table.active()),
+                            timeout=120, what="the survivor to join")
+                assert not any(s.done() for s in streams), "the streams ended before the survivor joined"
                 os.kill(victim.pid, signal.SIGSTOP)
                 stopped = True
                 stopped_at = time.monotonic()
