@@ -38,7 +38,7 @@ async def test_gate_decides_with_the_configured_model(tiny_model_dir, model, bor
 def test_makespan_model_is_validated(tiny_model_dir):
     with pytest.raises(ConfigError, match="makespan_model must be 'paper' or 'tail'"):
         cluster_config(tiny_model_dir, makespan_model="median")
-    assert cluster_config(tiny_model_dir).makespan_model == "tail"
+    assert cluster_config(tiny_model_dir).makespan_model == "paper"
 
 
 async def test_a_step_records_the_prediction_made_for_it(tiny_model_dir):
