@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pearl_sglang.core.state import Activity, Role, StateTable
+from pearl_sglang.core.state import ARRIVING_ACTIVITIES, Activity, Role, StateTable
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Outcome:
 def readied_on(table: StateTable, gpus: frozenset[str]) -> tuple[int, ...]:
     """Slots of the rollout workers on any of ``gpus`` that are still being made ready."""
     return tuple(w.slot for w in table.rollout_workers()
-                 if gpus & set(w.gpus) and w.activity in (Activity.JOINING, Activity.SWITCHING))
+                 if gpus & set(w.gpus) and w.activity in ARRIVING_ACTIVITIES)
 
 
 def left_unknown(table: StateTable) -> list[int]:

@@ -50,6 +50,8 @@ class Activity(str, Enum):
 
 
 MEMBER_ACTIVITIES = frozenset({Activity.ACTIVE, Activity.JOINING, Activity.SWITCHING})
+# On their way to serving: starting, or relaunching in a new role.
+ARRIVING_ACTIVITIES = frozenset({Activity.JOINING, Activity.SWITCHING})
 
 
 class OverlapOwner(str, Enum):

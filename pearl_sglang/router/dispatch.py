@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.state_store import StateStore
-from pearl_sglang.core.state import Activity
+from pearl_sglang.core.state import ARRIVING_ACTIVITIES
 from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.encoded_ids import EncodedIds, as_list
@@ -255,7 +255,7 @@ class Dispatcher:
                     exclude.clear()
                     continue
                 arriving = self.wait_for_workers and any(
-                    w.activity in (Activity.JOINING, Activity.SWITCHING) for w in self.store.table.rollout_workers())
+                    w.activity in ARRIVING_ACTIVITIES for w in self.store.table.rollout_workers())
                 wait_s = self.config.arriving_wait_s if arriving else self.config.route_wait_s
                 left = started + wait_s - loop.time()
                 if not self.wait_for_workers and self.unavailable():
