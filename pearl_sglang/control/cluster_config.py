@@ -32,6 +32,7 @@ from typing import Any, Mapping
 
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.mode_feedback import ModeFeedback
 from pearl_sglang.core.pd_mode import AUTO, COLOCATED, PdMode
 from pearl_sglang.core.profile import Profile
 
@@ -53,7 +54,7 @@ def _build(cls, data: Any, where: str):
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     try:
         return cls(**data)
-    except TypeError as e:
+    except (TypeError, InvalidConfig) as e:
         raise ConfigError(f"{where}: {e}") from e
 
 
@@ -216,6 +217,9 @@ class ClusterConfig:
     profile: Profile | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     gate: GateConfig = field(default_factory=GateConfig)
+    # Per-mode correction of the makespan model learned from finished steps
+    # (core.mode_feedback); ``enabled: false`` decides on the model's predictions alone.
+    mode_feedback: ModeFeedback = field(default_factory=ModeFeedback)
     deadlines: Deadlines = field(default_factory=Deadlines)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
@@ -291,6 +295,7 @@ class ClusterConfig:
             zones=_build(Zones, zones, "zones"),
             profile=profile, thresholds=thresholds,
             gate=_build(GateConfig, data.get("gate"), "gate"),
+            mode_feedback=_build(ModeFeedback, data.get("mode_feedback"), "mode_feedback"),
             deadlines=_build(Deadlines, data.get("deadlines"), "deadlines"),
             weights=_build(WeightsConfig, data.get("weights"), "weights"),
             recovery=_build(RecoveryConfig, recovery, "recovery"),

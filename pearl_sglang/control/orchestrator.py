@@ -42,6 +42,7 @@ from pearl_sglang.core.events import (
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
+from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.planner import plan
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
@@ -51,7 +52,7 @@ from pearl_sglang.core.step_model import MakespanModel, StepContext, running_tur
 from pearl_sglang.core.tail import TurnSpread, spread_of
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
-from pearl_sglang.core.topology import Topology
+from pearl_sglang.core.topology import Mode, Topology
 from pearl_sglang.core.waves import Wave
 
 log = logging.getLogger("pearl.control")
@@ -73,6 +74,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         self.learning_gate = LearningGate(
             ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha),
             Exploration(rate=config.gate.exploration_rate, max_benefit_ratio=config.gate.explore_max_benefit_ratio))
+        # What each PD mode delivered against the model's prediction (core.mode_feedback).
+        self.mode_correction = ModeCorrection(config.mode_feedback)
         # Predicted vs observed duration of each finished step, for the configuration that ran.
         self.step_predictions: deque[dict[str, Any]] = deque(maxlen=50)
         # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
@@ -94,6 +97,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         self._last_step_at: float | None = None
         self._last_prediction_s: float | None = None
         self._last_predictions: dict[str, float] = {}
+        self._last_topology: Topology | None = None
         self.spread: TurnSpread | None = None  # per-turn spread of the last step (tail-aware model)
         self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
         self.state_file = state_file
@@ -176,22 +180,21 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         # training does); other events decide on the work left of the step in progress.
         ctx = self._context(fresh=operation in ("bootstrap", "recovery", "train_begin"))
         profile = self.profile()
-        decision = policy.target_topology(config, self.store.table, profile, budget, ctx)
+        decision = policy.target_topology(config, self.store.table, profile, budget, ctx, self.mode_correction)
         record = {"operation": operation, "budget": budget, "makespan_model": config.makespan_model,
-                  **decision.to_dict()}
+                  "mode_factors": {m.value: self.mode_correction.factor(m) for m in Mode}, **decision.to_dict()}
         if lock is not None:
             record["mode_lock"] = lock.to_dict()
         self.decisions.append(record)
-        paper = decision.predicted_makespan_s if config.makespan_model == MakespanModel.PAPER.value else None
-        self._predict_step(profile, decision.choice, ctx, paper_s=paper)
+        self._predict_step(profile, decision.choice, ctx)
         self.on_decision(record)
         return decision
 
-    def _predict_step(self, profile: Profile, topology: Topology, ctx: StepContext, *,
-                      paper_s: float | None = None) -> None:
+    def _predict_step(self, profile: Profile, topology: Topology, ctx: StepContext) -> None:
         """Both models' prediction of the step for the configuration now running; the
-        configured model's is the one the gate learns from."""
-        self._last_predictions = step_predictions(profile, topology, ctx, paper_s=paper_s)
+        configured model's is the one the gate and the mode correction learn from."""
+        self._last_predictions = step_predictions(profile, topology, ctx)
+        self._last_topology = topology
         self._last_prediction_s = self._last_predictions[MakespanModel.parse(self.config.makespan_model).value]
 
     async def _begin(self, operation: str, *, borrow: bool) -> Wave:
@@ -394,8 +397,12 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
             predicted = self._last_prediction_s
             self.learning_gate = self.learning_gate.observe(borrowed=self.borrowing, observed_s=observed,
                                                             predicted_s=predicted)
+            mode = self._last_topology.mode if self._last_topology is not None else None
+            corrected = predicted * self.mode_correction.factor(mode)
+            self.mode_correction = self.mode_correction.observe(mode, observed_s=observed, predicted_s=predicted)
             self.step_predictions.append({"step": self.last_step["finished"], "borrowed": self.borrowing,
                                           "predicted_s": predicted, "observed_s": observed,
+                                          "mode": mode.value if mode else None, "corrected_s": corrected,
                                           "error": (observed - predicted) / observed if observed > 0 else None,
                                           "makespan_model": self.config.makespan_model,
                                           "predicted_by_model_s": dict(self._last_predictions)})
@@ -490,7 +497,8 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def prediction_state(self) -> dict[str, Any]:
         """What the gate learned and how well the model predicted the finished steps."""
-        return {"gate": self.learning_gate.describe(), "step_predictions": list(self.step_predictions)[-10:]}
+        return {"gate": self.learning_gate.describe(), "mode_correction": self.mode_correction.describe(),
+                "step_predictions": list(self.step_predictions)[-10:]}
 
     def state(self) -> dict[str, Any]:
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.decision import Decision, decide
 from pearl_sglang.core.gate import GateDecision
+from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates, gate as model_gate
 from pearl_sglang.core.state import StateTable
@@ -15,16 +16,20 @@ from pearl_sglang.core.topology import Topology
 
 
 def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int,
-                    ctx: StepContext = StepContext()) -> Decision:
+                    ctx: StepContext = StepContext(), correction: ModeCorrection | None = None) -> Decision:
     """``pd_mode`` "auto" is the decision engine's choice (with hysteresis against the
     table's topology); "colocated" and "disaggregated" pin the mode (the baselines and the
     forced-PD ablation), and "P:D" pins the ratio, scaled to the budget (with at least one
     of each); the engine's candidates stay in the record. The candidates are predicted by
-    ``config.makespan_model`` on where the step stands (``ctx``)."""
+    ``config.makespan_model`` on where the step stands (``ctx``), then scaled by what each
+    mode delivered so far (``correction``, ``core.mode_feedback``)."""
     current = table.topology()
     model = MakespanModel.parse(config.makespan_model)
+    cands = candidates(model, profile, budget, ctx)
+    if correction is not None:
+        cands = correction.apply(cands)
     decision = decide(profile, budget=budget, current=current if current.total else None,
-                      thresholds=config.thresholds, candidates=candidates(model, profile, budget, ctx))
+                      thresholds=config.thresholds, candidates=cands)
     mode = config.pd_mode
     ratio = mode.ratio
     if ratio is not None and budget >= 2:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Iterable
 
+from pearl_sglang.core.decision import enumerate_candidates
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.gate import GateDecision, gate_for_profile, tail_gate
 from pearl_sglang.core.makespan import Candidate, Constraints, evaluate
@@ -65,18 +66,17 @@ def running_turns(turns_done: Iterable[int], batch: float, expected_turns: float
 
 
 def candidates(model: MakespanModel, p: Profile, budget: int, ctx: StepContext,
-               constraints: Constraints = Constraints()) -> tuple[Candidate, ...] | None:
-    """The candidates ``decision.decide`` compares; ``None`` for the paper's (its default)."""
+               constraints: Constraints = Constraints()) -> tuple[Candidate, ...]:
+    """The candidates ``decision.decide`` compares at ``budget`` under ``model``."""
     if model is MakespanModel.PAPER:
-        return None
+        return enumerate_candidates(p, budget, constraints)
     return tail_candidates(p, budget, remaining=ctx.remaining, spread=ctx.spread, constraints=constraints)
 
 
-def step_predictions(p: Profile, topology: Topology, ctx: StepContext, *, paper_s: float | None = None,
+def step_predictions(p: Profile, topology: Topology, ctx: StepContext,
                      constraints: Constraints = Constraints()) -> dict[str, float]:
-    """Both models' prediction of the step's duration on ``topology`` (module docstring);
-    ``paper_s``: the decision's own paper prediction when it has one."""
-    paper = evaluate(p, topology, constraints).predicted_makespan_s if paper_s is None else paper_s
+    """Both models' prediction of the step's duration on ``topology`` (module docstring)."""
+    paper = evaluate(p, topology, constraints).predicted_makespan_s
     tail = ctx.elapsed_s + predict(p, topology, remaining=ctx.remaining, spread=ctx.spread,
                                    constraints=constraints).makespan_s
     return {MakespanModel.PAPER.value: paper, MakespanModel.TAIL.value: tail}

@@ -74,6 +74,11 @@ class Reporter:
                   f"gate: toggle cost {gate.get('toggle_cost_s', 0.0):.2f} s (learned: "
                   f"{'yes' if gate.get('learned') else 'no'}), bias {gate.get('bias_s', 0.0):+.2f} s, "
                   f"explored {gate.get('explored', 0)} step(s)", flush=True)
+            by_mode = (control.get("mode_correction") or {}).get("by_mode") or {}
+            if by_mode:
+                print("           observed/predicted by mode: " + ", ".join(
+                    f"{mode} {e['factor']:.2f} ({e['steps']} step(s))" for mode, e in sorted(by_mode.items())),
+                    flush=True)
         for d in decisions[-3:]:
             if d.get("operation") in ("train_begin", "train_finished", "gpus_join", "gpus_leave", "borrow_gate"):
                 text = d.get("reason", "")

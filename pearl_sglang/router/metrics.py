@@ -100,6 +100,14 @@ class _GateCollector(Collector):
                                 value=gate.get("bias_s", 0.0))
         yield GaugeMetricFamily("pearl_gate_explored_steps", "Steps the gate ran unborrowed to learn",
                                 value=gate.get("explored", 0))
+        by_mode = (state.get("mode_correction") or {}).get("by_mode") or {}
+        if by_mode:
+            ratio = GaugeMetricFamily("pearl_mode_observed_over_predicted",
+                                      "Learned observed/predicted step time per PD mode (decisions scale by it)",
+                                      labels=["mode"])
+            for mode, entry in sorted(by_mode.items()):
+                ratio.add_metric([mode], entry["factor"])
+            yield ratio
         steps = state.get("step_predictions") or []
         if steps:
             last = steps[-1]

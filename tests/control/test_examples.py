@@ -13,6 +13,7 @@ from pearl_sglang.control import cluster_config
 from pearl_sglang.control.cluster_config import ClusterConfig, ConfigError
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.decision import Thresholds
+from pearl_sglang.core.mode_feedback import ModeFeedback
 from tests.control.conftest import running_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,8 @@ def test_every_key_is_documented():
     sections = {"engine": cluster_config.EngineConfig, "launcher": cluster_config.LauncherConfig,
                 "zones": cluster_config.Zones, "gate": cluster_config.GateConfig,
                 "deadlines": cluster_config.Deadlines, "weights": cluster_config.WeightsConfig,
-                "recovery": cluster_config.RecoveryConfig, "thresholds": Thresholds}
+                "recovery": cluster_config.RecoveryConfig, "thresholds": Thresholds,
+                "mode_feedback": ModeFeedback}
     missing = [f"{s}.{f.name}" for s, cls in sections.items() for f in fields(cls)
                if f"`{f.name}`" not in DOC and f"`{s}.{f.name}`" not in DOC and f"{s}.{f.name}" not in DOC]
     missing += [f.name for f in fields(ClusterConfig) if f"`{f.name}`" not in DOC and f"## `{f.name}`" not in DOC]

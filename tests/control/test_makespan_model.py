@@ -58,3 +58,39 @@ async def test_a_step_records_the_prediction_made_for_it(tiny_model_dir):
         (step,) = control["step_predictions"]
         assert step["borrowed"] is True
         assert step["predicted_s"] == borrowed["predicted_makespan_s"] != following["predicted_makespan_s"]
+
+
+async def test_decisions_scale_candidates_by_what_each_mode_delivered(tiny_model_dir):
+    """A finished colocated step teaches the correction its observed/predicted ratio;
+    the next decision's candidates are the model's predictions times that factor (the
+    unseen PD mode gets the overall one), and state and metrics show it."""
+    from pearl_sglang.core.decision import enumerate_candidates
+
+    config = cluster_config(tiny_model_dir, pd_mode="auto", thresholds={"mode": 0.99, "ratio": 0.99})
+    async with running_cluster(config) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})
+        await c.settle()
+        await c.admin("/train_begin", {"step": 1})
+        control = (await c.client.get(c.url + "/pearl/state", headers=AUTH)).json()["control"]
+        (step,) = control["step_predictions"]
+        assert step["mode"] == "colocated" and step["corrected_s"] == step["predicted_s"]  # nothing learned yet
+        ratio = step["observed_s"] / step["predicted_s"]
+        learned = control["mode_correction"]["by_mode"]
+        assert learned == {"colocated": {"factor": pytest.approx(min(max(ratio, 0.5), 2.0)), "steps": 1}}
+        decision = [d for d in control["decisions"] if d["operation"] == "train_begin"][-1]
+        factor = learned["colocated"]["factor"]
+        assert decision["mode_factors"] == {"colocated": pytest.approx(factor), "disaggregated": pytest.approx(factor)}
+        raw = enumerate_candidates(c.control.profile(), decision["budget"])
+        assert [d["predicted_makespan_s"] for d in decision["candidates"]] == \
+            pytest.approx([r.predicted_makespan_s * factor for r in raw])
+        text = (await c.client.get(c.url + "/metrics", headers=AUTH)).text
+        assert f'pearl_mode_observed_over_predicted{{mode="colocated"}} {factor!r}' in text
+
+
+def test_mode_feedback_is_validated(tiny_model_dir):
+    with pytest.raises(ConfigError, match="mode_feedback: mode_feedback alpha must be in"):
+        cluster_config(tiny_model_dir, mode_feedback={"alpha": 0})
+    with pytest.raises(ConfigError, match="unknown key"):
+        cluster_config(tiny_model_dir, mode_feedback={"beta": 1})
+    assert cluster_config(tiny_model_dir, mode_feedback={"enabled": False}).mode_feedback.enabled is False

@@ -15,3 +15,9 @@ def test_new_prediction_reports_each_step_once():
     assert new_prediction(entries, seen) == {"predicted_s": 1.0, "observed_s": 2.0, "borrowed": False}
     assert new_prediction(entries, seen) is None
     assert new_prediction([], seen) is None
+
+
+def test_new_prediction_carries_the_mode_and_its_corrected_prediction():
+    entry = {"step": 3, "predicted_s": 10.0, "observed_s": 12.0, "borrowed": True, "mode": "disaggregated",
+             "corrected_s": 11.0, "predicted_by_model_s": {"paper": 10.0, "tail": 14.0}}
+    assert new_prediction([entry], set()) == {k: v for k, v in entry.items() if k != "step"}
