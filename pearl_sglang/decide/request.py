@@ -17,7 +17,15 @@ their max) and the tail-aware best.  ``makespan_model`` (``"paper"`` or ``"tail"
 model the engine's choice (with hysteresis) is made with, as the cluster config's key of
 the same name; by default ``"tail"`` when either tail-aware input is given, else
 ``"paper"`` (the two agree on a fresh batch without spread).  Units: seconds, bytes,
-bytes per second.  Every problem is reported as ``InputError`` naming the key.
+bytes per second.
+
+``mode_factors`` (optional): observed over predicted step time per mode, ``{"colocated":
+0.8, "disaggregated": 1.2}``, as the control plane learns them (``/pearl/state``,
+``control.mode_correction.by_mode``; ``core.mode_feedback``).  Every candidate's
+prediction is scaled by its mode's factor before the choice; a mode left out gets the mean
+of the given ones (no relative change, as a mode the control plane has not run yet).
+
+Every problem is reported as ``InputError`` naming the key.
 """
 from __future__ import annotations
 
@@ -34,10 +42,12 @@ from pearl_sglang.core import (
     decide,
     plan,
 )
+from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates
+from pearl_sglang.core.topology import Mode
 from pearl_sglang.core.tail import TurnSpread, predict
 
-_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model"}
+_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model", "mode_factors"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
 
 
@@ -60,6 +70,7 @@ class Request:
     remaining: tuple[float, ...] | None = None
     spread: TurnSpread | None = None
     model: MakespanModel = MakespanModel.PAPER
+    correction: ModeCorrection = ModeCorrection()
 
 
 def _obj(value: Any, key: str) -> Mapping[str, Any]:
@@ -148,7 +159,20 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
     default = "tail" if remaining is not None or spread is not None else "paper"
     model = _wrap("makespan_model", MakespanModel.parse, data.get("makespan_model", default))
     return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
-                   model)
+                   model, _mode_factors(data.get("mode_factors", {})))
+
+
+def _mode_factors(value: Any) -> ModeCorrection:
+    factors = _obj(value, "mode_factors")
+    by_mode = {}
+    for key, f in factors.items():
+        if key not in {m.value for m in Mode}:
+            raise InputError(f"mode_factors.{key}", f"unknown mode (one of {', '.join(m.value for m in Mode)})")
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < float("inf"):
+            raise InputError(f"mode_factors.{key}", f"must be a positive finite number, got {f!r}")
+        by_mode[Mode(key)] = float(f)
+    overall = sum(by_mode.values()) / len(by_mode) if by_mode else None
+    return ModeCorrection(by_mode=by_mode, steps={m: 1 for m in by_mode}, overall=overall)
 
 
 def _tail(req: Request, decision) -> dict[str, Any]:
@@ -164,7 +188,7 @@ def _tail(req: Request, decision) -> dict[str, Any]:
 def run(req: Request) -> dict[str, Any]:
     """Decide (and plan, when a table came in); the result as a JSON-safe dict."""
     ctx = StepContext(remaining=req.remaining, spread=req.spread)
-    cands = _wrap("N", candidates, req.model, req.profile, req.budget, ctx, req.constraints)
+    cands = req.correction.apply(_wrap("N", candidates, req.model, req.profile, req.budget, ctx, req.constraints))
     decision = _wrap("N", decide, req.profile, budget=req.budget, current=req.current,
                      thresholds=req.thresholds, constraints=req.constraints, candidates=cands)
     out = {**decision.to_dict(), "makespan_model": req.model.value}

@@ -126,3 +126,34 @@ def test_makespan_model_picks_the_model_the_choice_is_made_with(capsys):
 def test_tail_inputs_are_validated(payload, key, capsys):
     code, _, err = _run({**PROFILE, "N": 6, **payload}, capsys=capsys)
     assert code == 2 and key in err
+
+
+def test_mode_factors_scale_candidates_by_mode(capsys):
+    """What the control plane learned per mode (``control.mode_correction``) turns a
+    switch the model alone would make into a hold; a lone factor changes nothing."""
+    from tests.core.test_decision import BASE
+    current = {"mode": "colocated", "prefill": 0, "decode": 0}
+    _, out, _ = _run({**BASE, "N": 6, "current": current}, capsys=capsys)
+    raw = json.loads(out)
+    assert raw["reason_code"] == "switch_mode"
+    _, out, _ = _run({**BASE, "N": 6, "current": current, "mode_factors": {"colocated": 0.8}}, capsys=capsys)
+    lone = json.loads(out)
+    assert lone["choice"] == raw["choice"] and lone["reason_code"] == "switch_mode"
+    factors = {"colocated": 0.8, "disaggregated": 1.22}
+    _, out, _ = _run({**BASE, "N": 6, "current": current, "mode_factors": factors}, capsys=capsys)
+    held = json.loads(out)
+    assert held["reason_code"] == "hold" and held["choice"]["colocated"] == 6
+    for got, want in zip(held["candidates"], raw["candidates"]):
+        f = factors["colocated" if got["colocated"] else "disaggregated"]
+        assert got["predicted_makespan_s"] == pytest.approx(want["predicted_makespan_s"] * f)
+
+
+@pytest.mark.parametrize("payload,key", [
+    ({"mode_factors": [1.0]}, "mode_factors"),
+    ({"mode_factors": {"hybrid": 1.0}}, "mode_factors.hybrid"),
+    ({"mode_factors": {"colocated": 0}}, "mode_factors.colocated"),
+    ({"mode_factors": {"disaggregated": True}}, "mode_factors.disaggregated"),
+])
+def test_mode_factors_are_validated(payload, key, capsys):
+    code, _, err = _run({**PROFILE, "N": 6, **payload}, capsys=capsys)
+    assert code == 2 and key in err
