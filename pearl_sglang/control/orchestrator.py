@@ -48,8 +48,8 @@ from pearl_sglang.core.planner import plan
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.step_model import MakespanModel, StepContext, running_turns, step_predictions
-from pearl_sglang.core.tail import TurnSpread, spread_of
+from pearl_sglang.core.step_learning import StepLearning
+from pearl_sglang.core.step_model import MakespanModel, StepContext
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.topology import Mode, Topology
@@ -70,14 +70,15 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         self.store = executor.store
         self.phases: PhaseLog = executor.phases
         self.on_decision = on_decision
-        self.tracker = ProfileTracker(alpha=config.gate.alpha)
-        self.learning_gate = LearningGate(
-            ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha),
-            Exploration(rate=config.gate.exploration_rate, max_benefit_ratio=config.gate.explore_max_benefit_ratio))
-        # What each PD mode delivered against the model's prediction (core.mode_feedback).
-        self.mode_correction = ModeCorrection(config.mode_feedback)
-        # Predicted vs observed duration of each finished step, for the configuration that ran.
-        self.step_predictions: deque[dict[str, Any]] = deque(maxlen=50)
+        # The profile fit, the gate's toggle cost, the per-mode correction and the record of
+        # predicted vs observed steps, learned at each train_begin (core.step_learning).
+        self.learning = StepLearning(
+            model=MakespanModel.parse(config.makespan_model), tracker=ProfileTracker(alpha=config.gate.alpha),
+            gate=LearningGate(
+                ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha),
+                Exploration(rate=config.gate.exploration_rate,
+                            max_benefit_ratio=config.gate.explore_max_benefit_ratio)),
+            modes=ModeCorrection(config.mode_feedback), time_scale=config.time_scale)
         # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
         self.snapshot = WeightSnapshot(version=config.engine.weight_version,
                                        model_path=config.engine.model_path or None)
@@ -94,11 +95,6 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         self._replan: asyncio.Task | None = None
         self._replans = 0  # growths in a row that stopped short: indexes the back-off
         self._once = OnceByRequestId().run
-        self._last_step_at: float | None = None
-        self._last_prediction_s: float | None = None
-        self._last_predictions: dict[str, float] = {}
-        self._last_topology: Topology | None = None
-        self.spread: TurnSpread | None = None  # per-turn spread of the last step (tail-aware model)
         self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
         self.state_file = state_file
         self._intent: dict[str, Any] | None = None
@@ -148,9 +144,14 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         await self._grow_with_retries(wave, "recovery")
 
     # -- inputs of decisions -------------------------------------------------------------
+    @property
+    def tracker(self) -> ProfileTracker:
+        """The profile fit (a new object with each fit: the router reprices placement on it)."""
+        return self.learning.tracker
+
     def profile(self) -> Profile:
         """The configured profile with every symbol telemetry has identified replaced."""
-        est = self.tracker.estimate
+        est = self.learning.tracker.estimate
         fitted = {f.name: getattr(est, f.name) for f in fields(est) if getattr(est, f.name) is not None}
         return replace(self.config.profile, **fitted)
 
@@ -163,13 +164,11 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
     def _context(self, *, fresh: bool) -> StepContext:
         """Where the rollout step stands: at its start a fresh batch; mid-step the turns
         each trajectory has done (the data plane's telemetry) and the time it has run."""
-        if fresh or self._last_step_at is None:
-            return StepContext(spread=self.spread)
+        if fresh or self.learning.started_at is None:
+            return self.learning.context()
         now = asyncio.get_running_loop().time()
-        done = self.executor.data_plane.turns_done(now)
-        profile = self.profile()
-        return StepContext(remaining=running_turns(done, profile.B, profile.S), spread=self.spread,
-                           elapsed_s=(now - self._last_step_at) * self.config.time_scale)
+        return self.learning.context(now=now, turns_done=tuple(self.executor.data_plane.turns_done(now)),
+                                     profile=self.profile())
 
     def _decide(self, operation: str, budget: int) -> Decision | None:
         if budget == 0:
@@ -180,22 +179,16 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         # training does); other events decide on the work left of the step in progress.
         ctx = self._context(fresh=operation in ("bootstrap", "recovery", "train_begin"))
         profile = self.profile()
-        decision = policy.target_topology(config, self.store.table, profile, budget, ctx, self.mode_correction)
+        modes = self.learning.modes
+        decision = policy.target_topology(config, self.store.table, profile, budget, ctx, modes)
         record = {"operation": operation, "budget": budget, "makespan_model": config.makespan_model,
-                  "mode_factors": {m.value: self.mode_correction.factor(m) for m in Mode}, **decision.to_dict()}
+                  "mode_factors": {m.value: modes.factor(m) for m in Mode}, **decision.to_dict()}
         if lock is not None:
             record["mode_lock"] = lock.to_dict()
         self.decisions.append(record)
-        self._predict_step(profile, decision.choice, ctx)
+        self.learning = self.learning.predicted(profile, decision.choice, ctx)
         self.on_decision(record)
         return decision
-
-    def _predict_step(self, profile: Profile, topology: Topology, ctx: StepContext) -> None:
-        """Both models' prediction of the step for the configuration now running; the
-        configured model's is the one the gate and the mode correction learn from."""
-        self._last_predictions = step_predictions(profile, topology, ctx)
-        self._last_topology = topology
-        self._last_prediction_s = self._last_predictions[MakespanModel.parse(self.config.makespan_model).value]
 
     async def _begin(self, operation: str, *, borrow: bool) -> Wave:
         """Decide and begin the first wave of a plan on the current snapshot; the caller
@@ -386,27 +379,10 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def _observe_step(self, now: float) -> None:
         step = self.executor.data_plane.close_step().scaled(self.config.time_scale)
-        if step.turns:
-            try:
-                self.tracker = self.tracker.observe(step)
-                self.spread = spread_of(step) or self.spread
-            except CoreError as e:
-                log.warning("telemetry did not fit: %s", e)
-        if self._last_step_at is not None and self._last_prediction_s is not None:
-            observed = (now - self._last_step_at) * self.config.time_scale
-            predicted = self._last_prediction_s
-            self.learning_gate = self.learning_gate.observe(borrowed=self.borrowing, observed_s=observed,
-                                                            predicted_s=predicted)
-            mode = self._last_topology.mode if self._last_topology is not None else None
-            corrected = predicted * self.mode_correction.factor(mode)
-            self.mode_correction = self.mode_correction.observe(mode, observed_s=observed, predicted_s=predicted)
-            self.step_predictions.append({"step": self.last_step["finished"], "borrowed": self.borrowing,
-                                          "predicted_s": predicted, "observed_s": observed,
-                                          "mode": mode.value if mode else None, "corrected_s": corrected,
-                                          "error": (observed - predicted) / observed if observed > 0 else None,
-                                          "makespan_model": self.config.makespan_model,
-                                          "predicted_by_model_s": dict(self._last_predictions)})
-        self._last_step_at = now
+        self.learning, warning = self.learning.close(step, now=now, borrowed=self.borrowing,
+                                                     number=self.last_step["finished"])
+        if warning:
+            log.warning("%s", warning)
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
                              request_id: str | None = None) -> dict[str, Any]:
@@ -434,10 +410,11 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
         ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
-                                             toggle_cost_s=self.learning_gate.toggle_cost_s, remaining=remaining,
+                                             toggle_cost_s=self.learning.gate.toggle_cost_s, remaining=remaining,
                                              ctx=self._context(fresh=False))
         if decision is not None:
-            self.learning_gate, choice = self.learning_gate.choose(decision)
+            gate, choice = self.learning.gate.choose(decision)
+            self.learning = replace(self.learning, gate=gate)
             ok, reason = choice.borrow, choice.reason
             self.decisions.append({"operation": "borrow_gate", **choice.to_dict()})
         return ok, reason
@@ -497,8 +474,7 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
 
     def prediction_state(self) -> dict[str, Any]:
         """What the gate learned and how well the model predicted the finished steps."""
-        return {"gate": self.learning_gate.describe(), "mode_correction": self.mode_correction.describe(),
-                "step_predictions": list(self.step_predictions)[-10:]}
+        return self.learning.describe()
 
     def state(self) -> dict[str, Any]:
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
@@ -507,5 +483,5 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
                 "pushes": {"number": self.pushes.number, "max_staleness": self.pushes.max_staleness,
                            "servable_versions": list(self.pushes.versions)},
                 "training": self.training, "borrowing": self.borrowing,
-                "toggle_cost_s": self.learning_gate.toggle_cost_s, "profile_steps": self.tracker.steps,
+                "toggle_cost_s": self.learning.gate.toggle_cost_s, "profile_steps": self.learning.tracker.steps,
                 **self.prediction_state()}

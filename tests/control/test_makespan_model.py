@@ -3,6 +3,8 @@ refuses a borrow whose saving the slowest trajectory's latency swallows, which t
 paper's model takes; both models' predictions are recorded for every step."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pearl_sglang.control.cluster_config import ConfigError
@@ -19,7 +21,7 @@ async def test_gate_decides_with_the_configured_model(tiny_model_dir, model, bor
     # under a 50 s environment spread is ~0.03 s.  A 0.05 s toggle cost sits between.
     config = cluster_config(tiny_model_dir, gate={"enabled": True, "toggle_cost_s": 0.05}, makespan_model=model)
     async with running_cluster(config) as c:
-        c.control.spread = HEAVY_TAIL
+        c.control.learning = replace(c.control.learning, spread=HEAVY_TAIL)
         await c.admin("/train_begin", {"step": 0})
         fin = await c.admin("/train_finished", {"step": 0})
         assert fin["borrowing"] is borrows, fin["reason"]

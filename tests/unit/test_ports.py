@@ -36,7 +36,8 @@ def test_each_implementation_has_its_ports_methods_with_their_signatures(port, i
 def test_control_view_attributes_are_what_the_orchestrator_sets():
     source = inspect.getsource(Orchestrator.__init__)
     for name in ControlView.__annotations__:
-        assert f"self.{name} = " in source, f"Orchestrator sets no {name}"
+        is_property = isinstance(getattr(Orchestrator, name, None), property)
+        assert is_property or f"self.{name} = " in source, f"Orchestrator sets no {name}"
 
 
 async def test_a_manual_clock_moves_only_when_it_sleeps_or_is_told():
