@@ -159,16 +159,13 @@ class GateConfig:
 class Deadlines:
     """Seconds. ``train_begin_s``: returning the training GPUs (stragglers are stopped at
     it). ``leave_s``: default deadline of a GPU leave. ``drain_s``: how long a leaving
-    worker may drain before it is stopped. ``switch_idle_s``: how long an in-place
-    prefill <-> decode switch waits, after the router's drain, for SGLang to report the
-    engine idle (a moved request can stay in its KV transfer a while longer, most under
-    load). A join has no deadline of its own (it answers when its growth ends), and the
-    admission pause is bounded by the router's ``--admission-wait-s``."""
+    worker may drain before it is stopped. A join has no deadline of its own (it answers
+    when its growth ends), and the admission pause is bounded by the router's
+    ``--admission-wait-s``."""
 
     train_begin_s: float = 60.0
     leave_s: float = 30.0
     drain_s: float = 20.0
-    switch_idle_s: float = 60.0
 
 
 @dataclass(frozen=True)

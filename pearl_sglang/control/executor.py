@@ -139,9 +139,9 @@ class PlanExecutor:
         """``/pd_role_switch`` once the engine is idle. The drain empties the router's own
         registry at once, but SGLang's prefill keeps a moved request until its KV sender
         learns that the decode gave it up, and refuses the switch until then ("instance is
-        not idle"): asked again every ``IDLE_POLL_S``, up to ``deadlines.switch_idle_s``."""
+        not idle"): asked again every ``IDLE_POLL_S``, up to the drain deadline."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadlines.switch_idle_s
+        deadline = loop.time() + self.deadlines.drain_s
         while True:
             try:
                 await self.ops.switch_role(url, role.value)
