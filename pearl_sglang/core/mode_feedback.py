@@ -64,6 +64,12 @@ class ModeCorrection:
     steps: Mapping[Mode, int] = field(default_factory=dict)
     overall: float | None = None
 
+    @classmethod
+    def from_factors(cls, factors: Mapping[Mode, float]) -> "ModeCorrection":
+        """Given factors (what ``/pearl/state`` shows); a mode left out gets their mean."""
+        overall = sum(factors.values()) / len(factors) if factors else None
+        return cls(by_mode=dict(factors), overall=overall)
+
     def factor(self, mode: Mode | None) -> float:
         """Observed over predicted for ``mode``: its own EWMA, else the overall one, else 1."""
         if not self.config.enabled:

@@ -171,8 +171,7 @@ def _mode_factors(value: Any) -> ModeCorrection:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < float("inf"):
             raise InputError(f"mode_factors.{key}", f"must be a positive finite number, got {f!r}")
         by_mode[Mode(key)] = float(f)
-    overall = sum(by_mode.values()) / len(by_mode) if by_mode else None
-    return ModeCorrection(by_mode=by_mode, steps={m: 1 for m in by_mode}, overall=overall)
+    return ModeCorrection.from_factors(by_mode)
 
 
 def _tail(req: Request, decision) -> dict[str, Any]:
