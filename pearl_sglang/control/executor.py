@@ -141,10 +141,14 @@ class PlanExecutor:
         learns that the decode gave it up, and refuses the switch until then ("instance is
         not idle"): asked again every ``IDLE_POLL_S``, up to the drain deadline."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadlines.drain_s
+        started = loop.time()
+        deadline = started + self.deadlines.drain_s
         while True:
             try:
                 await self.ops.switch_role(url, role.value)
+                if loop.time() - started >= IDLE_POLL_S:
+                    log.info("%s switched to %s after %.1fs waiting for it to be idle",
+                             url, role.value, loop.time() - started)
                 return
             except WorkerOpError as e:
                 if NOT_IDLE not in str(e) or loop.time() + IDLE_POLL_S > deadline:

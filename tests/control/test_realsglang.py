@@ -36,7 +36,7 @@ def real_config(model_dir, log_dir, *, dedicated, pd_mode) -> ClusterConfig:
         "launcher": {"kind": "local", "log_dir": str(log_dir)},
         "zones": {"dedicated": [f"d0:{i}" for i in range(dedicated)], "overlap": []},
         "profile": PROFILE, "pd_mode": pd_mode, "gate": {"borrow": False},
-        "deadlines": {"leave_s": 120, "drain_s": 10},
+        "deadlines": {"leave_s": 120, "drain_s": 30},
     })
 
 

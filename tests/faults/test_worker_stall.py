@@ -20,9 +20,11 @@ from tests.faults.support import assert_continuous, collect_sse, fault_config, u
 from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.workers import WorkerLauncher
 
-# (kind, stall bound, tokens per request): real SGLang on two loaded CPU cores is slower.
+# (kind, stall bound, tokens per request): real SGLang on two loaded CPU cores has a longer
+# stall bound. The streams must outlast the survivor's join (about a second): four streams of
+# 400 tokens took 2.7 s on a quiet machine and once ended first in CI; 1,200 take ~6 s.
 KINDS = [pytest.param("emulator", 2.0, 500, marks=pytest.mark.timeout(120)),
-         pytest.param("sglang", 6.0, 400, marks=[pytest.mark.realsglang, pytest.mark.timeout(900)])]
+         pytest.param("sglang", 6.0, 1200, marks=[pytest.mark.realsglang, pytest.mark.timeout(900)])]
 
 
 def _body(seed: int, tokens: int) -> dict:
@@ -39,9 +41,10 @@ def _running(url: str) -> int:
 async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s, tokens, worker_sets,
                                                                    tiny_model_dir, tmp_path):
     survivor, _ = worker_sets(kind)
-    async with httpx.AsyncClient(timeout=120) as c:
-        expected = [(await c.post(survivor.url + "/generate", json=_body(i, tokens))).json()["output_ids"]
-                    for i in range(4)]
+    async with httpx.AsyncClient(timeout=300) as c:
+        replies = await asyncio.gather(*(c.post(survivor.url + "/generate", json=_body(i, tokens))
+                                         for i in range(4)))
+        expected = [r.json()["output_ids"] for r in replies]
     launcher = WorkerLauncher(kind, tmp_path)
     victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     stopped = False
@@ -52,7 +55,7 @@ async def test_a_stopped_worker_is_taken_out_and_its_requests_move(kind, stall_s
         async with running_router(regular=[victim.url],
                                   config=fault_config(chunk_s=stall_s, breaker_cooldown_s=600)) as (url, app, store):
             victim_slot = next(w.slot for w in store.table.active() if w.endpoint == victim.url)
-            async with httpx.AsyncClient(timeout=120) as c:
+            async with httpx.AsyncClient(timeout=300) as c:
                 streams = [asyncio.ensure_future(collect_sse(c, url + "/generate", _body(i, tokens)))
                            for i in range(4)]
                 deadline = time.monotonic() + 60
