@@ -8,7 +8,8 @@ Mandatory work (returning training GPUs, giving back reclaimed GPUs) is awaited 
 the event answers and first cancels optional growth in flight (borrowing, expansion);
 optional growth runs in the background and admits its workers all at once or not at all.
 A colocated <-> PD change is begun in waves that keep the old topology serving while the
-first new workers start (staged_changes.py); each wave is such an all-or-nothing growth.
+first new workers start (staged_changes.py); each wave is such an all-or-nothing growth
+(growth.py).
 Callers that wait for a growth follow it to the growth that superseded it (expansions.py).
 """
 from __future__ import annotations
@@ -22,21 +23,18 @@ from typing import Any, Callable
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
-from pearl_sglang.control.expansions import Expansion, Growth, follow, join_answer, left_unknown, readied_on
-from pearl_sglang.control.growth_recovery import GrowthRecovery
+from pearl_sglang.control.executor import PlanExecutor
+from pearl_sglang.control.expansions import Expansion, follow, join_answer, readied_on
+from pearl_sglang.control.growth import Growing
 from pearl_sglang.control.idempotency import OnceByRequestId
-from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.staged_changes import StagedChanges
 from pearl_sglang.control.weight_group import WeightGroups
 from pearl_sglang.control.weight_pushes import WeightPushes
-from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot
-from pearl_sglang.control.worker_ops import WorkerOpError
+from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.decision import Decision
-from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.events import (
     GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerLost,
 )
@@ -62,7 +60,7 @@ class OutOfOrder(RuntimeError):
     """A call that contradicts the training state (two train_begin, finished without begin)."""
 
 
-class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
+class Orchestrator(WeightPushes, Growing, StagedChanges):
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -220,120 +218,6 @@ class Orchestrator(WeightPushes, GrowthRecovery, StagedChanges):
         events += [WorkerLost(s) for s in forced if self.store.table.has(s)]
         await self.store.apply(events)
         return leaving
-
-    async def _grow(self, wave: Wave, operation: str) -> list[int]:
-        """Switches and additions of ``wave``; admitted together, or the additions cancelled."""
-        self._intent = {"operation": operation, "plan": wave.plan.to_dict()}
-        self._persist()
-        try:
-            return await self._grow_now(wave, operation)
-        finally:
-            self._intent = None
-            self._persist()
-
-    async def _grow_now(self, wave: Wave, operation: str) -> list[int]:
-        table, p = self.store.table, wave.plan
-        # A deferred worker held because the wave took its partner stays held until its own wave.
-        later = {c.slot for c in wave.deferred}
-        switching = [w.slot for w in table.rollout_workers()
-                     if w.activity is Activity.SWITCHING and w.slot not in later]
-        adds = [a for a in p.add if table.has(a.slot) and table.worker(a.slot).activity is Activity.JOINING]
-        jobs = [self.executor.switch(s, operation) for s in switching]
-        jobs += [self.executor.activate(a, operation) for a in adds]
-        results = await gather_settled(*jobs)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            for r in failed:
-                if isinstance(r, asyncio.CancelledError):
-                    raise r
-            reached = [r for r in results if not isinstance(r, BaseException)]
-            if not switching and not self.store.table.active() and self._servable_alone(reached):
-                await self._admit_what_started(adds, results, operation)
-                raise GroupCancelled(f"{len(failed)} of {len(adds)} worker(s) could not be made ready "
-                                     f"({failed[0]}); the {len(reached)} that started were admitted")
-            log.warning("%s: %d worker(s) failed (%s); cancelling the group", operation, len(failed), failed[0])
-            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=reached)
-            raise GroupCancelled(f"{len(failed)} worker(s) could not be made ready: {failed[0]}")
-        try:
-            await self.executor.verify_pd(list(results))
-        except ActivationFailed as e:
-            log.warning("%s: %s; cancelling the group", operation, e)
-            await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
-            raise
-        async with self._pushing:
-            try:
-                ready = await self._catch_up(list(results))
-            except (WorkerOpError, NoDiskCopy) as e:
-                log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
-                            operation, e)
-                await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
-                raise GroupCancelled(f"could not load the latest weights before admission: {e}") from e
-            await self.executor.admit(ready, operation)
-        return [a.slot for a in adds]
-
-    async def _grow_with_retries(self, wave: Wave, operation: str) -> Growth:
-        """``_grow`` wave after wave until the target is reached; after a failed PD probe
-        (group cancelled), wait each back-off delay and re-plan, which relaunches the
-        cancelled workers and pairs them anew."""
-        backoff = self.config.recovery.pd_probe_backoff_s
-        admitted: list[int] = []
-        waves: list[dict[str, Any]] = []
-        attempt = 0
-        while True:
-            try:
-                admitted += await self._grow(wave, operation)
-                if wave.staged or waves or not wave.keeps_serving:
-                    waves.append(wave.to_dict())
-                if not wave.staged:
-                    self._replans = 0
-                    return Growth(tuple(admitted), waves=tuple(waves))
-                wave = await self._next_wave(wave, operation)
-            except PdProbeFailed as e:
-                reason = str(e)
-                if attempt == len(backoff):
-                    log.warning("%s: %s; re-planning with back-off", operation, e)
-                    break
-                await asyncio.sleep(backoff[attempt])
-                attempt += 1
-                async with self._lock:
-                    wave = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
-            except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
-                reason = str(e)
-                log.warning("%s growth stopped: %s", operation, e)
-                break
-            except Exception as e:  # noqa: BLE001 - whatever stopped it, the cluster must climb back
-                reason = f"{type(e).__name__}: {e}"
-                log.exception("%s growth stopped by an unexpected error", operation)
-                break
-        self._schedule_replan(operation)
-        return Growth(tuple(admitted), reason=reason, waves=tuple(waves))
-
-    def _start_growth(self, wave: Wave, operation: str) -> Expansion:
-        self._expansions += 1
-        self._growth = Expansion(self._expansions, operation,
-                                 asyncio.ensure_future(self._grow_with_retries(wave, operation)))
-        return self._growth
-
-    async def _regrow(self, event: str, operation: str, *, borrow: bool) -> Expansion:
-        """Replace the growth in flight by one planned for ``event`` (one growth at a
-        time); the caller holds ``_lock``."""
-        await self._cancel_growth(by=event)
-        wave = await self._begin(event, borrow=borrow)
-        return self._start_growth(wave, operation)
-
-    async def _cancel_growth(self, *, by: str) -> None:
-        """Cancel the growth in flight on behalf of event ``by``. Callers hold ``_lock``
-        and begin their own growth before letting go of it, which ``follow`` relies on."""
-        growth, self._growth = self._growth, None
-        if growth is None or growth.task.done():
-            return
-        growth.superseded_by = by
-        growth.task.cancel()
-        await asyncio.gather(growth.task, return_exceptions=True)
-        stuck = left_unknown(self.store.table)
-        if stuck:
-            await self.executor.cancel_group(stuck)
-        await self.executor.drop_dead_switches()
 
     # -- events ------------------------------------------------------------------------------
     async def start(self) -> list[int]:

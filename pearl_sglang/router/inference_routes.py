@@ -3,8 +3,7 @@
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
 affinity). Single-sequence text OpenAI requests do too, as token ids a worker rendered
 and tokenized (``openai_generate``). The rest (tools, logprobs, ``n > 1``, ...) are
-proxied to the chosen worker (or PD pair) as they are: in the in-flight registry (load,
-drain, abort by rid) but retried elsewhere only before the first byte reached the client.
+proxied to the chosen worker (or PD pair) as they are (``passthrough``).
 """
 from __future__ import annotations
 
@@ -16,35 +15,24 @@ import re
 import secrets
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable
-from urllib.parse import urlparse
 
-import aiohttp
 from aiohttp import web
 
 from pearl_sglang import fastjson
-from pearl_sglang.router.client_watch import client_gone
 from pearl_sglang.router.drain import abort_entries
-from pearl_sglang.router.errors import (
-    BadRequest, RouterError, TooManyStreams, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected,
-    WorkerStalled, WorkerUnavailable,
-)
+from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams, WorkerError, WorkerRejected
 from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
+from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries, rejected_response
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
 log = logging.getLogger("pearl.router")
-# What SGLang's own streaming answers carry.
-SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
-
-
-def _rejected(e: WorkerRejected) -> web.Response:
-    return web.Response(status=e.status, body=e.body, content_type=e.content_type.split(";")[0])
 
 
 class _StreamSlot:
@@ -95,7 +83,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
     except WorkerRejected as e:
-        return _rejected(e)
+        return rejected_response(e)
     finally:
         st.metrics.latency.labels("generate").observe(st.clock.now() - started)
 
@@ -264,19 +252,19 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
         try:
             return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
         except WorkerRejected as e:
-            return _rejected(e)
+            return rejected_response(e)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
-    rids = _openai_rids(st, body, call.sequences)
+    rids = openai_rids(st, body, call.sequences)
     # In the in-flight registry like /generate items: counted in the workers' load, waited
     # for by a drain, aborted by rid. Not movable: the router holds no token ids for them.
     entries = [st.inflight.open(rid, movable=False) for rid in rids]
     try:
         if call.stream:
             with _StreamSlot(st, request):
-                return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+                return await proxy_with_retries(request, st, key, trajectory, body, entries)
         with st.client_watch.watching(request):
-            return await _proxy_with_retries(request, st, key, trajectory, body, entries)
+            return await proxy_with_retries(request, st, key, trajectory, body, entries)
     finally:
         for rid in rids:
             st.inflight.close(rid)
@@ -308,96 +296,3 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
     with st.client_watch.watching(request):
         last = await _last(run)
     return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
-
-
-def _openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
-    """The rids the worker will know the request by. A single sequence without one gets a
-    router rid (SGLang's OpenAI endpoints take ``rid``), so a drain or abort can name it."""
-    rid = body.get("rid")
-    if rid is None:
-        rid = f"pearl-oai-{secrets.token_hex(8)}"
-        if sequences == 1:
-            body["rid"] = rid
-    rids = [rid] if isinstance(rid, str) else list(rid)
-    busy = [r for r in rids if st.inflight.is_open(r)]
-    if busy:
-        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
-    return rids
-
-
-async def _proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
-                              trajectory: str | None, body: dict[str, Any], entries) -> web.StreamResponse:
-    failed: set[int] = set()
-    last_error: Exception | None = None
-    for _ in range(st.config.dispatch.max_attempts):
-        await st.gate.admit()
-        target = await st.dispatcher.route(key, trajectory=trajectory, exclude=failed, what=request.path)
-        urls = tuple(w.endpoint for w in (target.worker, target.prefill, target.decode) if w)
-        for entry in entries:
-            st.inflight.assign(entry, target.slots, urls)
-        try:
-            return await _proxy_once(request, st, target, body)
-        except WorkerRejected as e:
-            return _rejected(e)
-        except WorkerError as e:
-            failed.add(int(e.worker_id))
-            if isinstance(e, WorkerStalled):
-                st.breakers.trip(int(e.worker_id))
-            elif isinstance(e, WorkerUnavailable):
-                st.breakers.failure(int(e.worker_id))
-            last_error = e
-    raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
-
-
-async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[str, Any]) -> web.StreamResponse:
-    timeouts = st.config.timeouts
-    main = target.decode if target.is_pd else target.worker
-    prefill_task = None
-    if target.is_pd:
-        body = {**body, "bootstrap_host": urlparse(target.prefill.endpoint).hostname,
-                "bootstrap_port": target.prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
-        prefill_task = asyncio.ensure_future(_drain(st.session, target.prefill, request.path,
-                                                    {**body, "stream": False}, timeouts))
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
-    resp: web.StreamResponse | None = None
-    try:
-        async with st.session.post(main.endpoint + request.path, json=body, timeout=timeout) as up:
-            if up.status >= 400:
-                data = await up.read()
-                if up.status < 500:
-                    raise WorkerRejected(str(main.slot), up.status, data, up.headers.get("Content-Type", "application/json"))
-                raise WorkerFailed(str(main.slot), f"HTTP {up.status}")
-            ctype = up.headers.get("Content-Type", "application/json")
-            if ctype.startswith("text/event-stream"):
-                ctype = SSE_CONTENT_TYPE
-            resp = web.StreamResponse(status=up.status, headers={"Content-Type": ctype})
-            await resp.prepare(request)
-            async for data in up.content.iter_any():
-                await resp.write(data)
-        await resp.write_eof()
-        return resp
-    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
-        stalled = isinstance(e, asyncio.TimeoutError)
-        if resp is None:
-            raise (WorkerStalled if stalled else WorkerUnavailable)(str(main.slot), repr(e)) from e
-        if client_gone(request):
-            log.info("client %s left %s", request.remote, request.path)
-            return resp
-        # The worker broke after bytes reached the client: nothing can be retried here, but
-        # the client must learn of it (an error event, or a connection closed mid-body).
-        st.breakers.trip(main.slot) if stalled else st.breakers.failure(main.slot)
-        if resp.content_type == "text/event-stream":
-            with contextlib.suppress(ConnectionError):
-                error = UpstreamFailed(f"worker {main.slot} failed mid-stream: {e!r}").body()
-                await resp.write(b"data: " + json.dumps(error).encode() + b"\n\n")
-        resp.force_close()
-        return resp
-    finally:
-        if prefill_task is not None and not prefill_task.done():
-            prefill_task.cancel()
-
-
-async def _drain(session, worker, path, body, timeouts) -> None:
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
-    async with session.post(worker.endpoint + path, json=body, timeout=timeout) as resp:
-        await resp.read()
