@@ -1,5 +1,6 @@
 """Weight pushes one at a time: the snapshot joining workers sync to is always the latest
-push some worker loaded, whatever order racing pushes finish in; a push with no worker to
+push some worker loaded, whatever order racing pushes finish in; workers that synced
+before a push was adopted load it together before admission; a push with no worker to
 load it is refused rather than recorded unchecked; the push count survives a restart."""
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import asyncio
 
 from hypothesis import given, strategies as st
 
+from pearl_sglang.control.executor import PlanExecutor
 from pearl_sglang.control.worker_ops import WorkerOps
+from pearl_sglang.core.state import Zone
 from pearl_sglang.core.staleness import PushLog
 from tests.control.conftest import cluster_config, running_cluster
 
@@ -45,6 +48,50 @@ async def test_a_slow_bad_push_racing_a_good_one_leaves_joiners_on_the_good_one(
         assert {o["meta_info"]["weight_version"] for o in outs} == {"v-good"}
         joined = c.table.worker(out["admitted"][0])
         assert c.control.pushes.servable(joined.weight_version)  # the router routes to it
+
+
+async def test_borrowed_workers_that_synced_before_a_push_load_it_together(tiny_model_dir, tiny_model_variant_dir,
+                                                                            monkeypatch):
+    """The trainer pushes right after ``train_finished``, while the borrowed workers
+    activate at the snapshot before it: each loads the push before it serves, and they
+    load it at once (in a two-hour Qwen3-30B-A3B replay, one after another, the eight
+    borrowed workers spent 160 s of a ~390 s rollout waiting for 20 s loads)."""
+    loop = asyncio.get_running_loop()
+    synced = asyncio.Event()
+    activated: list[int] = []
+    loads: dict[str, list[tuple[float, float]]] = {}
+    original_update, original_activate = WorkerOps.update_from_disk, PlanExecutor.activate
+
+    async def update(self, url, **kw):
+        if kw["version"] == "v9":
+            await synced.wait()  # the push is adopted only after every activation synced
+        start = loop.time()
+        await asyncio.sleep(0.3)
+        await original_update(self, url, **kw)
+        loads.setdefault(url, []).append((start, loop.time()))
+
+    async def activate(self, add, operation):
+        ready = await original_activate(self, add, operation)
+        activated.append(add.slot)
+        if len(activated) == 4:
+            synced.set()
+        return ready
+
+    monkeypatch.setattr(WorkerOps, "update_from_disk", update)
+    monkeypatch.setattr(PlanExecutor, "activate", activate)
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=4)) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})
+        push = await c.admin("/update_weights", {"version": "v9", "model_path": str(tiny_model_variant_dir)})
+        assert push["applied"] and sorted(push["workers"]) == ["0", "1"], push  # the serving ones
+        await c.settle()
+        borrowed = [w for w in c.table.active() if w.zone is Zone.OVERLAP]
+        assert len(borrowed) == 4 and {w.weight_version for w in c.table.active()} == {"v9"}
+        catch_ups = [loads[w.endpoint][-1] for w in borrowed]
+        # Together: every load began before any ended (one after another, none would overlap).
+        assert max(start for start, _ in catch_ups) < min(end for _, end in catch_ups), catch_ups
+        outs = await asyncio.gather(*(c.generate([4, i, 6], 4) for i in range(12)))
+        assert {o["meta_info"]["weight_version"] for o in outs} == {"v9"}
 
 
 async def test_a_push_with_no_active_worker_is_refused_and_changes_nothing(tiny_model_dir, tmp_path):
