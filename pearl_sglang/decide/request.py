@@ -23,7 +23,9 @@ bytes per second.
 0.8, "disaggregated": 1.2}``, as the control plane learns them (``/pearl/state``,
 ``control.mode_correction.by_mode``; ``core.mode_feedback``).  Every candidate's
 prediction is scaled by its mode's factor before the choice; a mode left out gets the mean
-of the given ones (no relative change, as a mode the control plane has not run yet).
+of the given ones with the PD prior, as a mode the control plane has not run yet.
+``pd_prior`` (optional, default the config's ``mode_feedback.pd_prior``, 1.08): how far
+PD stands above colocation until both modes have a factor; 1 for a neutral start.
 
 Every problem is reported as ``InputError`` naming the key.
 """
@@ -42,12 +44,13 @@ from pearl_sglang.core import (
     decide,
     plan,
 )
-from pearl_sglang.core.mode_feedback import ModeCorrection
+from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
 from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates
 from pearl_sglang.core.topology import Mode
 from pearl_sglang.core.tail import TurnSpread, predict
 
-_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model", "mode_factors"}
+_OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model", "mode_factors",
+             "pd_prior"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
 
 
@@ -159,10 +162,10 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
     default = "tail" if remaining is not None or spread is not None else "paper"
     model = _wrap("makespan_model", MakespanModel.parse, data.get("makespan_model", default))
     return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
-                   model, _mode_factors(data.get("mode_factors", {})))
+                   model, _mode_factors(data.get("mode_factors", {}), data.get("pd_prior", ModeFeedback.pd_prior)))
 
 
-def _mode_factors(value: Any) -> ModeCorrection:
+def _mode_factors(value: Any, pd_prior: Any) -> ModeCorrection:
     factors = _obj(value, "mode_factors")
     by_mode = {}
     for key, f in factors.items():
@@ -171,7 +174,7 @@ def _mode_factors(value: Any) -> ModeCorrection:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < float("inf"):
             raise InputError(f"mode_factors.{key}", f"must be a positive finite number, got {f!r}")
         by_mode[Mode(key)] = float(f)
-    return ModeCorrection.from_factors(by_mode)
+    return ModeCorrection.from_factors(by_mode, _wrap("pd_prior", ModeFeedback, pd_prior=pd_prior))
 
 
 def _tail(req: Request, decision) -> dict[str, Any]:

@@ -65,7 +65,7 @@ async def test_a_step_records_the_prediction_made_for_it(tiny_model_dir):
 async def test_decisions_scale_candidates_by_what_each_mode_delivered(tiny_model_dir):
     """A finished colocated step teaches the correction its observed/predicted ratio;
     the next decision's candidates are the model's predictions times that factor (the
-    unseen PD mode gets the overall one), and state and metrics show it."""
+    unseen PD mode gets the overall one times the PD prior), and state and metrics show it."""
     from pearl_sglang.core.decision import enumerate_candidates
 
     config = cluster_config(tiny_model_dir, pd_mode="auto", thresholds={"mode": 0.99, "ratio": 0.99})
@@ -82,10 +82,12 @@ async def test_decisions_scale_candidates_by_what_each_mode_delivered(tiny_model
         assert learned == {"colocated": {"factor": pytest.approx(min(max(ratio, 0.5), 2.0)), "steps": 1}}
         decision = [d for d in control["decisions"] if d["operation"] == "train_begin"][-1]
         factor = learned["colocated"]["factor"]
-        assert decision["mode_factors"] == {"colocated": pytest.approx(factor), "disaggregated": pytest.approx(factor)}
+        prior = config.mode_feedback.pd_prior
+        assert decision["mode_factors"] == {"colocated": pytest.approx(factor),
+                                            "disaggregated": pytest.approx(factor * prior)}
         raw = enumerate_candidates(c.control.profile(), decision["budget"])
         assert [d["predicted_makespan_s"] for d in decision["candidates"]] == \
-            pytest.approx([r.predicted_makespan_s * factor for r in raw])
+            pytest.approx([r.predicted_makespan_s * factor * (1 if r.topology.colocated else prior) for r in raw])
         text = (await c.client.get(c.url + "/metrics", headers=AUTH)).text
         assert f'pearl_mode_observed_over_predicted{{mode="colocated"}} {factor!r}' in text
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pearl_sglang.core import StateTable, Topology, apply, decide, plan
+from pearl_sglang.core import StateTable, Thresholds, Topology, apply, decide, plan
+from pearl_sglang.core.decision import enumerate_candidates
+from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
 from pearl_sglang.core.events import BeginPlan, WorkerReady, apply_all
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.decide.__main__ import main
@@ -28,16 +30,23 @@ def _run(payload, *args, capsys):
     return code, out.out, out.err
 
 
-def test_decision_matches_core(capsys):
+@pytest.mark.parametrize("prior", [None, 1.0, 1.3])
+def test_decision_matches_core(prior, capsys):
+    """The control plane's candidates: the paper's model with the PD prior (default 1.08)."""
     payload = {**PROFILE, "N": 6, "current": {"mode": "disaggregated", "prefill": 1, "decode": 5},
-               "thresholds": {"ratio": 0.02, "mode": 0.1}}
+               "thresholds": {"ratio": 0.02, "mode": 0.1}} | ({} if prior is None else {"pd_prior": prior})
     code, out, _ = _run(payload, capsys=capsys)
     assert code == 0
     got = json.loads(out)
-    want = decide(Profile(**PROFILE), budget=6, current=Topology.pd(1, 5)).to_dict()
+    correction = ModeCorrection(ModeFeedback() if prior is None else ModeFeedback(pd_prior=prior))
+    p = Profile(**PROFILE)
+    want = decide(p, budget=6, current=Topology.pd(1, 5), thresholds=Thresholds(ratio=0.02, mode=0.1),
+                  candidates=correction.apply(enumerate_candidates(p, 6)))
     assert set(got) >= {"choice", "switch", "forced", "reason", "candidates"}
     assert len(got["candidates"]) == 6
-    assert [c["predicted_makespan_s"] for c in got["candidates"]] == [c["predicted_makespan_s"] for c in want["candidates"]]
+    assert [c["predicted_makespan_s"] for c in got["candidates"]] == \
+        [c.predicted_makespan_s for c in want.candidates]
+    assert got["choice"] == want.choice.to_dict()
 
 
 def test_colocated_current_defaults_to_budget(capsys):
@@ -130,17 +139,20 @@ def test_tail_inputs_are_validated(payload, key, capsys):
 
 def test_mode_factors_scale_candidates_by_mode(capsys):
     """What the control plane learned per mode (``control.mode_correction``) turns a
-    switch the model alone would make into a hold; a lone factor changes nothing."""
+    switch the model alone would make into a hold; under a neutral prior a lone factor
+    changes nothing, under the default one (1.08) PD 19% faster is not enough."""
     from tests.core.test_decision import BASE
     current = {"mode": "colocated", "prefill": 0, "decode": 0}
-    _, out, _ = _run({**BASE, "N": 6, "current": current}, capsys=capsys)
+    _, out, _ = _run({**BASE, "N": 6, "current": current, "pd_prior": 1.0}, capsys=capsys)
     raw = json.loads(out)
     assert raw["reason_code"] == "switch_mode"
-    _, out, _ = _run({**BASE, "N": 6, "current": current, "mode_factors": {"colocated": 0.8}}, capsys=capsys)
-    lone = json.loads(out)
-    assert lone["choice"] == raw["choice"] and lone["reason_code"] == "switch_mode"
+    lone = {**BASE, "N": 6, "current": current, "mode_factors": {"colocated": 0.8}}
+    _, out, _ = _run({**lone, "pd_prior": 1.0}, capsys=capsys)
+    assert json.loads(out)["choice"] == raw["choice"] and json.loads(out)["reason_code"] == "switch_mode"
+    _, out, _ = _run(lone, capsys=capsys)
+    assert json.loads(out)["reason_code"] == "hold" and json.loads(out)["choice"]["colocated"] == 6
     factors = {"colocated": 0.8, "disaggregated": 1.22}
-    _, out, _ = _run({**BASE, "N": 6, "current": current, "mode_factors": factors}, capsys=capsys)
+    _, out, _ = _run({**BASE, "N": 6, "current": current, "mode_factors": factors, "pd_prior": 1.0}, capsys=capsys)
     held = json.loads(out)
     assert held["reason_code"] == "hold" and held["choice"]["colocated"] == 6
     for got, want in zip(held["candidates"], raw["candidates"]):
@@ -153,6 +165,8 @@ def test_mode_factors_scale_candidates_by_mode(capsys):
     ({"mode_factors": {"hybrid": 1.0}}, "mode_factors.hybrid"),
     ({"mode_factors": {"colocated": 0}}, "mode_factors.colocated"),
     ({"mode_factors": {"disaggregated": True}}, "mode_factors.disaggregated"),
+    ({"pd_prior": 3.0}, "pd_prior"),
+    ({"pd_prior": "high"}, "pd_prior"),
 ])
 def test_mode_factors_are_validated(payload, key, capsys):
     code, _, err = _run({**PROFILE, "N": 6, **payload}, capsys=capsys)

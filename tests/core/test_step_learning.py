@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import LearningGate
-from pearl_sglang.core.mode_feedback import ModeCorrection
+from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
 from pearl_sglang.core.step_learning import HISTORY, StepLearning
 from pearl_sglang.core.step_model import MakespanModel, step_predictions
 from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
@@ -44,7 +44,8 @@ def test_closing_records_the_configured_models_prediction_and_teaches_the_gate_a
     observed = ((start + length) - start) * scale  # as the clock difference, to the last bit
     assert record["step"] == 7 and record["borrowed"] is borrowed and record["mode"] == "disaggregated"
     assert record["observed_s"] == pytest.approx(observed) and record["predicted_s"] == pytest.approx(predicted)
-    assert record["corrected_s"] == pytest.approx(predicted)  # nothing learned before this step
+    # nothing learned before this step: the PD prior alone
+    assert record["corrected_s"] == pytest.approx(predicted * ModeFeedback().pd_prior)
     assert set(record["predicted_by_model_s"]) == {"paper", "tail"}
     assert closed.modes == learning.modes.observe(Mode.DISAGGREGATED, observed_s=observed, predicted_s=predicted)
     assert closed.gate == learning.gate.observe(borrowed=borrowed, observed_s=observed, predicted_s=predicted)
