@@ -74,13 +74,19 @@ def step_tok_s(result: dict[str, Any]) -> float:
     return result["summary"]["mean_throughput_tok_s"]
 
 
-def jobs_of(points: tuple[tuple[str, int, int], ...]) -> dict[tuple, Job]:
+def jobs_of(points: tuple[tuple[str, int, int], ...], profile_fit: str = "all") -> dict[tuple, Job]:
+    """Every replay of the grid; ``profile_fit`` (the cluster key) set in all of them,
+    candidates included, since placement uses the fitted profile too."""
     grid: dict[tuple, Job] = {}
     for point in points:
         for mode, borrow in candidates(point[1]):
             grid[(point, "candidate", mode, borrow)] = candidate_job(point, mode, borrow)
         for model in MODELS:
             grid[(point, "engine", model)] = engine_job(point, model)
+    if profile_fit != "all":
+        grid = {k: Job(j.name, replace(j.config, cluster_overrides={**j.config.cluster_overrides,
+                                                                    "profile_fit": profile_fit}))
+                for k, j in grid.items()}
     return grid
 
 
@@ -142,16 +148,21 @@ def prediction_errors(points: tuple[tuple[str, int, int], ...], grid: dict[tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(NAME, __doc__)
+    parser.add_argument("--profile-fit", default="all", choices=["all", "workload"],
+                        help="the cluster's profile_fit in every replay; workload: results go to "
+                             "results/decision-quality[-quick]-profile-fit-workload/")
     args = parser.parse_args(argv)
     points = QUICK_POINTS if args.quick else FULL_POINTS
-    name = results_name(NAME, quick=args.quick, preset="swe-paper")
-    grid = jobs_of(points)
+    name = results_name(NAME, quick=args.quick, preset="swe-paper") + (
+        "" if args.profile_fit == "all" else f"-profile-fit-{args.profile_fit}")
+    grid = jobs_of(points, args.profile_fit)
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows = [evaluate_point(p, grid, results) for p in points]
     by_model = {m: summarize_model(rows, m) for m in MODELS}
     errors = prediction_errors(points, grid, results)
     chosen = ClusterConfig().makespan_model  # the top-level figures are PEARL's default's
     summary = {"points": len(rows), "grid": [list(p) for p in points], "steps": fixed.STEPS,
+               "profile_fit": args.profile_fit,
                **{k: by_model[chosen][k] for k in ("within_2pct", "worst_loss", "mean_loss",
                                                     "borrow_refused_when_useless")},
                "model": chosen, "by_model": by_model, "prediction_mape": errors, "rows": rows}
@@ -166,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     totals = [[m, s["points"], f"{s['within_2pct']} ({s['within_2pct_share']:.0%})", f"{s['worst_loss']:.1%}",
                f"{s['mean_loss']:.1%}", f"{s['borrowed_when_useless']}/{s['useless_borrow_points']}",
                s["borrow_refused_when_useless"]] for m, s in by_model.items()]
-    md = (f"# Decision quality\n\nPoints: {len(rows)} (regime, reserved GPUs, batch); every candidate and each "
+    md = (f"# Decision quality (profile_fit: {args.profile_fit})\n\nPoints: {len(rows)} (regime, reserved GPUs, "
+          f"batch); every candidate and each "
           f"engine is a {fixed.STEPS}-step fixed replay (the first step warms up), 16 training GPUs (8 overlap "
           f"workers) available for borrowing. Step throughput in tok/s of the measured step; loss = "
           f"(best - choice) / best.\n\n"

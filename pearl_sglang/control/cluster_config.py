@@ -35,6 +35,7 @@ from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.mode_feedback import ModeFeedback
 from pearl_sglang.core.pd_mode import AUTO, COLOCATED, PdMode
 from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.telemetry import ProfileFit
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
 
@@ -234,6 +235,11 @@ class ClusterConfig:
     # became timing-dependent under "tail" (docs/decisions-tail-and-gate.md); "paper" stays
     # the default until the full grid and the suite say otherwise.
     makespan_model: str = "paper"
+    # Which profile symbols telemetry refits after each step: "all" (the paper's Runtime
+    # Tracker) or "workload" (S, r, delta_L, theta, T_env; the engine's rates A, b and
+    # t_prefill stay as configured in ``profile``, e.g. measured offline). The online fit
+    # of the engine's rates is biased under a contended colocated batch (core.telemetry).
+    profile_fit: str = "all"
     # Emulated seconds per real second (the emulator's --time-scale; 1 for real GPUs): the
     # control plane measures on its own clock and converts before fitting the profile.
     time_scale: float = 1.0
@@ -263,6 +269,8 @@ class ClusterConfig:
             raise ConfigError(f"pd_mode must be a PdMode, got {self.pd_mode!r}")
         if self.makespan_model not in ("paper", "tail"):
             raise ConfigError(f"makespan_model must be 'paper' or 'tail', got {self.makespan_model!r}")
+        if self.profile_fit not in {f.value for f in ProfileFit}:
+            raise ConfigError(f"profile_fit must be 'all' or 'workload', got {self.profile_fit!r}")
         if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
             raise ConfigError(f"routing_policy must be one of {', '.join(ROUTING_POLICIES)}, "
                               f"got {self.routing_policy!r}")
@@ -301,6 +309,7 @@ class ClusterConfig:
             recovery=_build(RecoveryConfig, recovery, "recovery"),
             pd_mode=_pd_mode(data.get("pd_mode", AUTO)),
             makespan_model=data.get("makespan_model", "paper"),
+            profile_fit=data.get("profile_fit", "all"),
             time_scale=data.get("time_scale", 1.0),
             state_dir=data.get("state_dir"),
             routing_policy=data.get("routing_policy"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 from pearl_sglang.aio import gather_settled
@@ -49,7 +49,7 @@ from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.step_learning import StepLearning
 from pearl_sglang.core.step_model import MakespanModel, StepContext
 from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
-from pearl_sglang.core.telemetry import ProfileTracker
+from pearl_sglang.core.telemetry import ProfileFit, ProfileTracker, fitted_symbols
 from pearl_sglang.core.topology import Mode, Topology
 from pearl_sglang.core.waves import Wave
 
@@ -148,10 +148,10 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         return self.learning.tracker
 
     def profile(self) -> Profile:
-        """The configured profile with every symbol telemetry has identified replaced."""
-        est = self.learning.tracker.estimate
-        fitted = {f.name: getattr(est, f.name) for f in fields(est) if getattr(est, f.name) is not None}
-        return replace(self.config.profile, **fitted)
+        """The configured profile with the symbols telemetry has identified replaced (all,
+        or the workload's alone: ``profile_fit``)."""
+        return replace(self.config.profile, **fitted_symbols(self.learning.tracker.estimate,
+                                                             ProfileFit(self.config.profile_fit)))
 
     def _available(self, *, borrow: bool) -> frozenset[str]:
         table = self.store.table

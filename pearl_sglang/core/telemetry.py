@@ -28,11 +28,22 @@ Estimators (per step):
   distinct concurrencies, otherwise the step leaves them unchanged.
 * ``t_prefill``: total prefill seconds over total prefill tokens (weights long
   prefills more, matching how they dominate the makespan).
+
+The last three are the engine's rates, and under a contended colocated batch these
+estimators are biased (measured on an emulated Qwen3-8B pool whose true rates are known,
+cache-friendly workload, batch 32 on two workers plus eight borrowed): a turn's time to
+its first chunk includes its wait behind other prefills, so ``t_prefill`` came out 4-25x
+the engine's per-token cost, rising with the worker's concurrency at dispatch; and the
+iteration time per token was flat (27-29 ms) over dispatch concurrencies 4-15 where the
+engine's rises 19-29 ms, so ``b`` came out a quarter of the engine's and ``A`` twice.
+``fitted_symbols`` with ``ProfileFit.WORKLOAD`` keeps the configured rates (measured
+offline, e.g. by ``benchmarks.calibrate``) and refits only the workload's symbols.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from typing import Iterable
 
 from pearl_sglang.core.errors import InvalidConfig, InvalidProfile
@@ -92,6 +103,23 @@ class WorkloadEstimate:
     A: float | None = None
     b: float | None = None
     t_prefill: float | None = None
+
+
+class ProfileFit(str, Enum):
+    """Which symbols telemetry refits: ``all`` (the paper's Runtime Tracker) or
+    ``workload`` (``S, r, delta_L, theta, T_env``; the engine's rates stay configured)."""
+
+    ALL = "all"
+    WORKLOAD = "workload"
+
+
+ENGINE_RATES = frozenset({"A", "b", "t_prefill"})
+
+
+def fitted_symbols(est: WorkloadEstimate, fit: ProfileFit = ProfileFit.ALL) -> dict[str, float]:
+    """The symbols telemetry has identified that ``fit`` lets replace the configured ones."""
+    return {f.name: value for f in fields(est) if (value := getattr(est, f.name)) is not None
+            and (fit is ProfileFit.ALL or f.name not in ENGINE_RATES)}
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,15 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
             assert not (key[3] and cluster.gate.enabled)
     compute = dq.jobs_of((("compute-bound", 4, 32),))
     assert all(j.config.workload["env_latency_median_s"] == 0.05 for j in compute.values())
+    assert all(ClusterConfig.from_mapping(cluster_mapping(j.config, resolve_system(j.config), tmp_path)).profile_fit
+               == "all" for j in grid.values())
+    workload = dq.jobs_of((("env-bound", 8, 32),), "workload")
+    assert [j.name for j in workload.values()] == [j.name for j in grid.values()]
+    for key, job in workload.items():  # every replay, candidates too: placement uses the profile
+        cluster = ClusterConfig.from_mapping(cluster_mapping(job.config, resolve_system(job.config), tmp_path))
+        assert cluster.profile_fit == "workload"
+        if key[1] == "engine":
+            assert cluster.makespan_model == key[2]
 
 
 def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing():

@@ -3,6 +3,7 @@ refuses a borrow whose saving the slowest trajectory's latency swallows, which t
 paper's model takes; both models' predictions are recorded for every step."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -90,6 +91,43 @@ async def test_decisions_scale_candidates_by_what_each_mode_delivered(tiny_model
             pytest.approx([r.predicted_makespan_s * factor * (1 if r.topology.colocated else prior) for r in raw])
         text = (await c.client.get(c.url + "/metrics", headers=AUTH)).text
         assert f'pearl_mode_observed_over_predicted{{mode="colocated"}} {factor!r}' in text
+
+
+@pytest.mark.parametrize("fit", ["all", "workload"])
+async def test_profile_fit_workload_keeps_the_configured_engine_rates(tiny_model_dir, fit):
+    """After a step with streamed multi-turn traffic the tracker has fitted the engine's
+    rates and the workload's symbols; the control plane's profile (decisions and
+    placement) takes all of them, or under ``workload`` the workload's alone."""
+    config = cluster_config(tiny_model_dir, profile_fit=fit)
+    async with running_cluster(config) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})
+        await c.settle()
+
+        async def trajectory(i: int) -> None:
+            ids = [7 + i] * 40
+            for _ in range(3):
+                r = await c.client.post(c.url + "/generate", timeout=60, json={
+                    "input_ids": ids, "stream": True, "rid": None,
+                    "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}})
+                assert r.status_code == 200, r.text
+                ids = ids + [3] * 48
+        await asyncio.gather(*(trajectory(i) for i in range(6)))
+        await c.admin("/train_begin", {"step": 1})
+        est = c.control.learning.tracker.estimate
+        assert est.t_prefill is not None and est.r is not None and est.t_prefill != config.profile.t_prefill
+        profile = c.control.profile()
+        assert profile.r == est.r
+        if fit == "all":
+            assert profile.t_prefill == est.t_prefill
+        else:
+            assert (profile.A, profile.b, profile.t_prefill) == \
+                (config.profile.A, config.profile.b, config.profile.t_prefill)
+
+
+def test_profile_fit_is_validated(tiny_model_dir):
+    with pytest.raises(ConfigError, match="profile_fit must be 'all' or 'workload'"):
+        cluster_config(tiny_model_dir, profile_fit="engine")
 
 
 def test_mode_feedback_is_validated(tiny_model_dir):

@@ -5,13 +5,17 @@ import pytest
 
 from pearl_sglang.core.errors import InvalidProfile
 from pearl_sglang.core.telemetry import (
+    ENGINE_RATES,
     DecodeSample,
     PrefillSample,
+    ProfileFit,
     ProfileTracker,
     StaticFacts,
     StepTelemetry,
     TurnRecord,
+    WorkloadEstimate,
     fit_step,
+    fitted_symbols,
 )
 
 FACTS = StaticFacts(B=64, K=147456, BW=8e10, K_seq=4.8e9, H_max=1.2e11, T_over=0.1)
@@ -98,3 +102,11 @@ def test_profile_needs_every_symbol_observed():
     with pytest.raises(InvalidProfile) as e:
         tracker.profile(FACTS)
     assert e.value.key == "A"
+
+
+def test_fitted_symbols_leave_the_engine_rates_to_the_configuration_under_workload():
+    est = WorkloadEstimate(S=30.0, r=400.0, delta_L=None, theta=0.5, T_env=100.0, A=0.02, b=None, t_prefill=2e-4)
+    assert fitted_symbols(est) == {"S": 30.0, "r": 400.0, "theta": 0.5, "T_env": 100.0, "A": 0.02,
+                                   "t_prefill": 2e-4}
+    assert fitted_symbols(est, ProfileFit.WORKLOAD) == {"S": 30.0, "r": 400.0, "theta": 0.5, "T_env": 100.0}
+    assert ENGINE_RATES == {"A", "b", "t_prefill"}
