@@ -22,7 +22,15 @@ from typing import Any
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, save, write
-from benchmarks.experiments.runner import RESULTS, Job, arg_parser, results_name, run_jobs
+from benchmarks.experiments.runner import (
+    RESULTS,
+    Job,
+    add_profile_fit,
+    arg_parser,
+    results_name,
+    run_jobs,
+    with_profile_fit,
+)
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.prediction_error import mape_by_model
 
@@ -74,19 +82,13 @@ def step_tok_s(result: dict[str, Any]) -> float:
     return result["summary"]["mean_throughput_tok_s"]
 
 
-def jobs_of(points: tuple[tuple[str, int, int], ...], profile_fit: str = "all") -> dict[tuple, Job]:
-    """Every replay of the grid; ``profile_fit`` (the cluster key) set in all of them,
-    candidates included, since placement uses the fitted profile too."""
+def jobs_of(points: tuple[tuple[str, int, int], ...]) -> dict[tuple, Job]:
     grid: dict[tuple, Job] = {}
     for point in points:
         for mode, borrow in candidates(point[1]):
             grid[(point, "candidate", mode, borrow)] = candidate_job(point, mode, borrow)
         for model in MODELS:
             grid[(point, "engine", model)] = engine_job(point, model)
-    if profile_fit != "all":
-        grid = {k: Job(j.name, replace(j.config, cluster_overrides={**j.config.cluster_overrides,
-                                                                    "profile_fit": profile_fit}))
-                for k, j in grid.items()}
     return grid
 
 
@@ -148,15 +150,14 @@ def prediction_errors(points: tuple[tuple[str, int, int], ...], grid: dict[tuple
 
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(NAME, __doc__)
-    parser.add_argument("--profile-fit", default="all", choices=["all", "workload"],
-                        help="the cluster's profile_fit in every replay; workload: results go to "
-                             "results/decision-quality[-quick]-profile-fit-workload/")
+    add_profile_fit(parser)
     args = parser.parse_args(argv)
     points = QUICK_POINTS if args.quick else FULL_POINTS
-    name = results_name(NAME, quick=args.quick, preset="swe-paper") + (
-        "" if args.profile_fit == "all" else f"-profile-fit-{args.profile_fit}")
-    grid = jobs_of(points, args.profile_fit)
-    results = run_jobs(name, list(grid.values()), parallel=args.parallel)
+    grid = jobs_of(points)
+    # Every replay, candidates included: placement uses the fitted profile too.
+    name, todo = with_profile_fit(results_name(NAME, quick=args.quick, preset="swe-paper"),
+                                  list(grid.values()), args.profile_fit)
+    results = run_jobs(name, todo, parallel=args.parallel)
     rows = [evaluate_point(p, grid, results) for p in points]
     by_model = {m: summarize_model(rows, m) for m in MODELS}
     errors = prediction_errors(points, grid, results)

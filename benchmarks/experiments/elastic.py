@@ -12,7 +12,15 @@ from typing import Any
 
 from benchmarks.experiments.report import COLORS, SYSTEM_LABELS, md_table, pyplot, roles_panel, step_series, write
 from benchmarks.experiments.floor import over_floor
-from benchmarks.experiments.runner import RESULTS, Job, arg_parser, results_name, run_jobs
+from benchmarks.experiments.runner import (
+    RESULTS,
+    Job,
+    add_profile_fit,
+    arg_parser,
+    results_name,
+    run_jobs,
+    with_profile_fit,
+)
 from benchmarks.harness.replay import ReplayConfig
 from benchmarks.harness.systems import SEGMENTS
 from pearl_sglang.workload.presets import DEFAULT_PRESET
@@ -150,6 +158,7 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None) -> int:
     parser = arg_parser("elastic", __doc__)
     parser.add_argument("--models", nargs="+", default=None, choices=MODELS)
     parser.add_argument("--segments", nargs="+", type=int, default=None, choices=sorted(SEGMENTS))
+    add_profile_fit(parser)
     args = parser.parse_args(argv)
     is_quick = bool(args.quick or quick)
     plan = Plan(**{**(QUICK if is_quick else Plan()).__dict__, "preset": args.preset})
@@ -157,8 +166,9 @@ def main(argv: list[str] | None = None, *, quick: bool | None = None) -> int:
         plan = Plan(**{**plan.__dict__, "models": tuple(args.models)})
     if args.segments:
         plan = Plan(**{**plan.__dict__, "segments": tuple(args.segments)})
-    name = results_name(NAME, quick=is_quick, preset=args.preset)
-    results = run_jobs(name, jobs(plan), parallel=args.parallel)
+    name, todo = with_profile_fit(results_name(NAME, quick=is_quick, preset=args.preset), jobs(plan),
+                                  args.profile_fit)
+    results = run_jobs(name, todo, parallel=args.parallel)
     summary, md = summarize(plan, results)
     write(name, summary, md)
     plot(name, plan, results)

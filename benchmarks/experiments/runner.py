@@ -8,7 +8,7 @@ import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +38,22 @@ def results_name(name: str, *, quick: bool, preset: str) -> str:
 class Job:
     name: str            # unique within an experiment; the cache file's stem
     config: ReplayConfig
+
+
+def add_profile_fit(parser: argparse.ArgumentParser) -> None:
+    """``--profile-fit``: the cluster's ``profile_fit`` in every replay of the experiment."""
+    parser.add_argument("--profile-fit", default="all", choices=["all", "workload"],
+                        help="the cluster's profile_fit in every replay (placement and decisions use the "
+                             "profile); other than 'all', results go to results/<experiment>-profile-fit-<value>/")
+
+
+def with_profile_fit(name: str, jobs: list[Job], fit: str) -> tuple[str, list[Job]]:
+    """The results folder and the jobs for ``--profile-fit fit`` (unchanged for 'all')."""
+    if fit == "all":
+        return name, jobs
+    return f"{name}-profile-fit-{fit}", [
+        Job(j.name, replace(j.config, cluster_overrides={**j.config.cluster_overrides, "profile_fit": fit}))
+        for j in jobs]
 
 
 # Fields left out of the cache key at their defaults, so runs cached before they existed

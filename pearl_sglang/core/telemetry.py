@@ -32,7 +32,7 @@ Estimators (per step):
 The last three are the engine's rates, and under a contended colocated batch these
 estimators are biased (measured on an emulated Qwen3-8B pool whose true rates are known,
 cache-friendly workload, batch 32 on two workers plus eight borrowed): a turn's time to
-its first chunk includes its wait behind other prefills, so ``t_prefill`` came out 4-25x
+its first chunk includes its wait behind other prefills, so ``t_prefill`` came out 4-30x
 the engine's per-token cost, rising with the worker's concurrency at dispatch; and the
 iteration time per token was flat (27-29 ms) over dispatch concurrencies 4-15 where the
 engine's rises 19-29 ms, so ``b`` came out a quarter of the engine's and ``A`` twice.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.experiments import decision_quality as dq
+from benchmarks.experiments.runner import with_profile_fit
 from benchmarks.harness.replay import cluster_mapping, resolve_system
 from pearl_sglang.control.cluster_config import ClusterConfig
 
@@ -30,13 +31,15 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
     assert all(j.config.workload["env_latency_median_s"] == 0.05 for j in compute.values())
     assert all(ClusterConfig.from_mapping(cluster_mapping(j.config, resolve_system(j.config), tmp_path)).profile_fit
                == "all" for j in grid.values())
-    workload = dq.jobs_of((("env-bound", 8, 32),), "workload")
-    assert [j.name for j in workload.values()] == [j.name for j in grid.values()]
-    for key, job in workload.items():  # every replay, candidates too: placement uses the profile
+    name, workload = with_profile_fit("decision-quality", list(grid.values()), "workload")
+    assert name == "decision-quality-profile-fit-workload"
+    assert [j.name for j in workload] == [j.name for j in grid.values()]
+    for key, job in zip(grid, workload):  # every replay, candidates too: placement uses the profile
         cluster = ClusterConfig.from_mapping(cluster_mapping(job.config, resolve_system(job.config), tmp_path))
         assert cluster.profile_fit == "workload"
         if key[1] == "engine":
             assert cluster.makespan_model == key[2]
+    assert with_profile_fit("x", list(grid.values()), "all") == ("x", list(grid.values()))
 
 
 def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing():
