@@ -20,8 +20,8 @@ the elastic replays switched at predicted gains of 15.4% and (on earlier code) 1
 against the 15% mode threshold and ran slower each time.  The default, 1.08, is
 measured on the fixed-resource sweep, not on those replays: at the seven points where
 the model's best P:D split was within 10% of colocation, that split's observed/predicted
-over colocation's was 1.03-1.30 (median 1.08), and colocation was faster at all seven.  ``pd_prior: 1.0`` restores the
-neutral start.
+over colocation's was 1.03-1.30 (median 1.08), and colocation was faster at all seven.
+``pd_prior: 1.0`` restores the neutral start.
 
 A step is attributed to the mode of the last prediction made for it (a switch
 mid-step charges its relaunch to the mode it switched to, which is conservative).
