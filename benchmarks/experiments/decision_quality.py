@@ -11,6 +11,10 @@ GPUs (8 TP2 overlap workers) every step at its pinned topology (the ungated syst
 "without" never borrows.  The engine runs the full PEARL system (adaptive PD, gated
 borrowing) with ``makespan_model`` set to the model under test.
 
+``--profile-fit workload`` runs the whole grid with the cluster's ``profile_fit: workload``
+(the configured engine rates, the workload's symbols refitted) into
+``results/decision-quality-profile-fit-workload/``.
+
 Besides the loss of each choice, the summary reports ``borrow_refused_when_useless``: at
 every point where the best borrowing candidate is no better than the best one without
 (borrowing gains less than it costs), the engine did not borrow in the measured step.

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness.replay import ReplayConfig, replay
+from pearl_sglang.core.telemetry import ProfileFit
 from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -42,14 +43,14 @@ class Job:
 
 def add_profile_fit(parser: argparse.ArgumentParser) -> None:
     """``--profile-fit``: the cluster's ``profile_fit`` in every replay of the experiment."""
-    parser.add_argument("--profile-fit", default="all", choices=["all", "workload"],
+    parser.add_argument("--profile-fit", default=ProfileFit.ALL.value, choices=[f.value for f in ProfileFit],
                         help="the cluster's profile_fit in every replay (placement and decisions use the "
                              "profile); other than 'all', results go to results/<experiment>-profile-fit-<value>/")
 
 
 def with_profile_fit(name: str, jobs: list[Job], fit: str) -> tuple[str, list[Job]]:
     """The results folder and the jobs for ``--profile-fit fit`` (unchanged for 'all')."""
-    if fit == "all":
+    if fit == ProfileFit.ALL.value:
         return name, jobs
     return f"{name}-profile-fit-{fit}", [
         Job(j.name, replace(j.config, cluster_overrides={**j.config.cluster_overrides, "profile_fit": fit}))
