@@ -86,6 +86,15 @@ def step_tok_s(result: dict[str, Any]) -> float:
     return result["summary"]["mean_throughput_tok_s"]
 
 
+def balance(result: dict[str, Any]) -> float | None:
+    """The worst measured step's busiest worker's busy time over the pool's mean."""
+    return result["summary"].get("busy_busiest_over_mean_max")
+
+
+def _bal(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def jobs_of(points: tuple[tuple[str, int, int], ...]) -> dict[tuple, Job]:
     grid: dict[tuple, Job] = {}
     for point in points:
@@ -107,7 +116,8 @@ def evaluate_point(point: tuple[str, int, int], grid: dict[tuple, Job],
     best_off = max(v for (_, b), v in cands.items() if not b)
     out: dict[str, Any] = {
         "regime": point[0], "gpus": point[1], "batch": point[2],
-        "best": {"pd_mode": best_key[0], "borrow": best_key[1], "tok_s": best},
+        "best": {"pd_mode": best_key[0], "borrow": best_key[1], "tok_s": best,
+                 "busiest_over_mean": balance(results[grid[(point, "candidate", *best_key)].name])},
         "candidates": [{"pd_mode": m, "borrow": b, "tok_s": v} for (m, b), v in cands.items()],
         "borrow_gain": (best_on - best_off) / best_off if best_off > 0 else 0.0,
         "borrowing_useless": best_on <= best_off,
@@ -121,6 +131,7 @@ def evaluate_point(point: tuple[str, int, int], grid: dict[tuple, Job],
         # state after train_finished, i.e. the next step's).
         borrowed = pred["borrowed"] if pred else step["borrowing"]
         out[model] = {"tok_s": v, "loss": max(0.0, (best - v) / best) if best > 0 else 0.0,
+                      "busiest_over_mean": balance(r),
                       "topology": step["topology"], "borrowed": bool(borrowed), "prediction": pred}
     return out
 
@@ -176,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         best = r["best"]
         table.append([f"{r['regime']} g{r['gpus']} b{r['batch']}",
                       f"{fixed.mode_label(best['pd_mode'], r['gpus'])}{' +borrow' if best['borrow'] else ''} "
-                      f"{best['tok_s']:.0f}", f"{r['borrow_gain']:+.1%}"]
+                      f"{best['tok_s']:.0f}; {_bal(best['busiest_over_mean'])}", f"{r['borrow_gain']:+.1%}"]
                      + [f"{r[m]['topology']}{' +borrow' if r[m]['borrowed'] else ''} {r[m]['tok_s']:.0f} "
-                        f"({r[m]['loss']:.1%})" for m in MODELS])
+                        f"({r[m]['loss']:.1%}; {_bal(r[m]['busiest_over_mean'])})" for m in MODELS])
     totals = [[m, s["points"], f"{s['within_2pct']} ({s['within_2pct_share']:.0%})", f"{s['worst_loss']:.1%}",
                f"{s['mean_loss']:.1%}", f"{s['borrowed_when_useless']}/{s['useless_borrow_points']}",
                s["borrow_refused_when_useless"]] for m, s in by_model.items()]
@@ -186,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
           f"batch); every candidate and each "
           f"engine is a {fixed.STEPS}-step fixed replay (the first step warms up), 16 training GPUs (8 overlap "
           f"workers) available for borrowing. Step throughput in tok/s of the measured step; loss = "
-          f"(best - choice) / best.\n\n"
+          f"(best - choice) / best; after the semicolon the worst measured step's busiest worker's busy "
+          f"time over the pool's mean (1.00: evenly loaded).\n\n"
           + md_table(["point", "empirical best", "best borrow vs no borrow", "paper model (today)",
                       "tail-aware model"], table)
           + "\n" + md_table(["model", "points", "within 2%", "worst loss", "mean loss",
