@@ -11,7 +11,8 @@ from pearl_sglang.control.cluster_config import ClusterConfig
 
 def _result(tok_s: float, *, borrowing: bool = False, topology: str = "2C", pred=None) -> dict:
     step = {"topology": topology, "borrowing": borrowing, "prediction": pred}
-    return {"summary": {"mean_throughput_tok_s": tok_s}, "steps": [dict(step, prediction=None), step]}
+    return {"summary": {"mean_throughput_tok_s": tok_s, "busy_busiest_over_mean_max": tok_s / 1000},
+            "steps": [dict(step, prediction=None), step]}
 
 
 def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
@@ -52,7 +53,8 @@ def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing(
     # The row's flag is the next step's gate answer; the step's own record decides.
     results[grid[(point, "engine", "tail")].name] = _result(1000.0, borrowing=True, pred={**pred, "borrowed": False})
     row = dq.evaluate_point(point, grid, results)
-    assert row["best"] == {"pd_mode": "colocated", "borrow": False, "tok_s": 1000.0}
+    assert row["best"] == {"pd_mode": "colocated", "borrow": False, "tok_s": 1000.0, "busiest_over_mean": 1.0}
+    assert row["paper"]["busiest_over_mean"] == 0.985
     assert row["borrowing_useless"] and row["borrow_gain"] == pytest.approx(-0.01)
     assert row["paper"]["loss"] == pytest.approx(0.015) and row["paper"]["borrowed"]
     assert row["tail"]["loss"] == 0.0
