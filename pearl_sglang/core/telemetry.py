@@ -24,24 +24,35 @@ Estimators (per step):
 * ``theta``: environment time over decode time, summed over turns; this is
   ``(1 - f) / f`` with ``f`` the fraction of a trajectory's life spent decoding.
 * ``T_env``: ``S`` times the mean environment time per turn.
-* ``A``, ``b``: least squares of iteration time against concurrency; needs two
-  distinct concurrencies, otherwise the step leaves them unchanged.
-* ``t_prefill``: total prefill seconds over total prefill tokens (weights long
-  prefills more, matching how they dominate the makespan).
+* ``A``, ``b``: least squares of the time per generated token on the batch's mean
+  sequences and context tokens over the turn's decode, with the prefill tokens the
+  worker ran meanwhile as a nuisance term (``_fit_line``); ``b`` is one more sequence
+  of the mean context seen.  Needs two distinct concurrencies, otherwise the step leaves
+  them unchanged.
+* ``t_prefill``: the median seconds per token of the turns' waits for their first chunk
+  over their computed tokens plus the prefill tokens finished ahead of them
+  (``_prefill_rate``).
 
-The last three are the engine's rates, and under a contended colocated batch these
-estimators are biased (measured on an emulated Qwen3-8B pool whose true rates are known,
-cache-friendly workload, batch 32 on two workers plus eight borrowed): a turn's time to
-its first chunk includes its wait behind other prefills, so ``t_prefill`` came out 4-30x
-the engine's per-token cost, rising with the worker's concurrency at dispatch; and the
-iteration time per token was flat (27-29 ms) over dispatch concurrencies 4-15 where the
-engine's rises 19-29 ms, so ``b`` came out a quarter of the engine's and ``A`` twice.
-``fitted_symbols`` with ``ProfileFit.WORKLOAD`` keeps the configured rates (measured
-offline, e.g. by ``benchmarks.calibrate``) and refits only the workload's symbols.
+The last three are the engine's rates.  Fitted as the paper's tracker does (iteration
+time against the concurrency when the turn was sent; time to the first chunk over the
+turn's own tokens) they were badly biased under a contended colocated batch (measured on
+an emulated Qwen3-8B pool whose rates are known, cache-friendly workload, batch 32 on
+two workers plus eight borrowed): ``t_prefill`` 4-30x the engine's cost, rising with the
+queue in front of the turn; ``b`` a quarter of the engine's and ``A`` twice, because the
+count at dispatch is not the batch the turn decoded in and late, long turns decode
+beside few others while early, short ones crowd.  The router now measures what the
+worker did during each window (``router.activity``); on the same pool the fit is within
+2% of the engine's ``A``, +20% of its ``b`` at the mean context and +12% of its
+calibrated ``t_prefill`` (the paper's regime: +2%, +15%, -51%; the emulator streams its
+first chunk after ``stream_interval`` tokens, so the prefill wait is what is left of
+64 decode iterations, the noisiest of the three).  ``fitted_symbols`` with ``ProfileFit.WORKLOAD`` still keeps
+the configured rates (measured offline, e.g. by ``benchmarks.calibrate``) and refits
+only the workload's symbols.
 """
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Iterable
@@ -63,8 +74,14 @@ class TurnRecord:
 
 @dataclass(frozen=True)
 class DecodeSample:
+    """Time per generated token in a batch of mean ``concurrency`` sequences over mean
+    ``context_tokens`` (0: not observed), with the prefill tokens the worker ran between
+    those tokens (per token), which stretched them."""
+
     concurrency: float
     iteration_s: float
+    context_tokens: float = 0.0
+    prefill_tokens_per_token: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -134,16 +151,71 @@ class StaticFacts:
     T_over: float = 0.0
 
 
+def _least_squares(rows: list[tuple[float, ...]], ys: list[float]) -> tuple[float, ...] | None:
+    """Ordinary least squares with an intercept: ``(intercept, *slopes)``, or None when
+    the regressors do not vary independently (a singular system)."""
+    n, k = len(rows), len(rows[0]) + 1
+    xs = [(1.0, *r) for r in rows]
+    mat = [[sum(x[i] * x[j] for x in xs) for j in range(k)] + [sum(x[i] * y for x, y in zip(xs, ys))]
+           for i in range(k)]
+    for col in range(k):  # Gauss-Jordan with partial pivoting
+        pivot = max(range(col, k), key=lambda r: abs(mat[r][col]))
+        if abs(mat[pivot][col]) <= 1e-12 * max(1.0, max(abs(v) for v in mat[col][:k])) * n:
+            return None
+        mat[col], mat[pivot] = mat[pivot], mat[col]
+        for r in range(k):
+            if r != col:
+                f = mat[r][col] / mat[col][col]
+                mat[r] = [a - f * b for a, b in zip(mat[r], mat[col])]
+    return tuple(mat[i][k] / mat[i][i] for i in range(k))
+
+
 def _fit_line(samples: Iterable[DecodeSample]) -> tuple[float | None, float | None]:
-    pts = [(s.concurrency, s.iteration_s) for s in samples]
-    if len({x for x, _ in pts}) < 2:
+    """``A`` and ``b`` by least squares of the iteration time on the batch's sequences
+    ``c``, its context tokens and the prefill tokens run between its tokens (a nuisance
+    term: prefills take priority and stretch the decode they interrupt)::
+
+        iteration = A + b_seq * c + b_ctx * context + t * prefill_per_token
+
+    ``b`` is the cost of one more sequence of the mean context seen, ``b_seq + b_ctx *
+    context / c`` (an iteration's cost grows with the tokens it attends over, and late
+    turns are long and run beside fewer others).  A term whose regressor does not vary
+    (no context observed, no prefill on a PD decode worker) is left out."""
+    samples = list(samples)
+    if len({s.concurrency for s in samples}) < 2:
         return None, None
-    n = len(pts)
-    mx = sum(x for x, _ in pts) / n
-    my = sum(y for _, y in pts) / n
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-    return max(0.0, my - slope * mx), max(0.0, slope)
+    ys = [s.iteration_s for s in samples]
+    with_ctx = all(s.context_tokens > 0 for s in samples)
+    for use_ctx, use_prefill in ((with_ctx, True), (with_ctx, False), (False, True), (False, False)):
+        rows = [(s.concurrency,) + ((s.context_tokens,) if use_ctx else ())
+                + ((s.prefill_tokens_per_token,) if use_prefill else ()) for s in samples]
+        fit = _least_squares(rows, ys)
+        if fit is None:
+            continue
+        a, b = fit[0], fit[1]
+        if use_ctx:
+            b += fit[2] * sum(s.context_tokens for s in samples) / sum(s.concurrency for s in samples)
+        return max(0.0, a), max(0.0, b)
+    return None, None
+
+
+def _prefill_rate(samples: Iterable[PrefillSample]) -> float | None:
+    """The median of seconds per token over the samples of at least ``MIN_PREFILL_TOKENS``
+    (all of them when none is that long).  Not the ratio of the sums: a turn's wait for its
+    first chunk can also hold a wait for KV memory or a worker's other work, and those few
+    long waits would dominate a sum (measured on the cache-friendly pool of the module
+    docstring: the ratio of sums 2.7x the calibrated rate with the queue counted, the
+    median +12%)."""
+    samples = [p for p in samples if p.tokens > 0]
+    long = [p for p in samples if p.tokens >= MIN_PREFILL_TOKENS] or samples
+    if not long:
+        return None
+    return statistics.median(p.seconds / p.tokens for p in long)
+
+
+# Below this many tokens a prefill's fixed costs (a scheduler pass, the iteration it waits
+# for) dominate its time per token.
+MIN_PREFILL_TOKENS = 256
 
 
 def fit_step(step: StepTelemetry) -> WorkloadEstimate:
@@ -169,8 +241,7 @@ def fit_step(step: StepTelemetry) -> WorkloadEstimate:
             T_env=s * env / n,
         )
     a, b = _fit_line(step.decode)
-    tokens = sum(p.tokens for p in step.prefill)
-    return replace(est, A=a, b=b, t_prefill=sum(p.seconds for p in step.prefill) / tokens if tokens > 0 else None)
+    return replace(est, A=a, b=b, t_prefill=_prefill_rate(step.prefill))
 
 
 @dataclass(frozen=True)

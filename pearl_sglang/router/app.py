@@ -18,6 +18,7 @@ from aiohttp import web
 from pearl_sglang.clock import Clock, LoopClock
 from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.core.straggler_isolation import IsolationConfig
+from pearl_sglang.router.activity import WorkerActivity
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
@@ -93,8 +94,8 @@ def _record_completion(st: RouterState, rates: "_ProfileRates"):
             full_key=full_key,
             prompt_tokens=meta.get("prompt_tokens") or 0, cached_tokens=meta.get("cached_tokens") or 0,
             generated_tokens=meta.get("completion_tokens") or 0, arrived_at=done.started,
-            first_chunk_at=done.first_chunk_at, finished_at=done.ended, concurrency=done.concurrency,
-            chunk_interval=done.chunk_interval))
+            first_chunk_at=done.first_chunk_at, finished_at=done.ended, first_chunk_tokens=done.first_chunk_tokens,
+            queued_prefill_tokens=done.queued_prefill_tokens, decode_window=done.decode_window))
     return on_complete
 
 
@@ -153,6 +154,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
     routing = config.routing_policy or default_routing or "cost"
     clock = clock or LoopClock()
     utilization = Utilization(clock=clock.now)
+    activity = WorkerActivity(clock.now)
     inflight = InFlightRegistry(on_count=utilization.occupancy)
     st = RouterState(
         config=config, store=store,
@@ -181,7 +183,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
             on_worker_failure=_on_failure(st), on_worker_stalled=_on_stall(st),
-            on_complete=_record_completion(st, rates), loads=st.loads,
+            on_complete=_record_completion(st, rates), loads=st.loads, activity=activity,
             wait_for_workers=wait_for_workers,
             on_turn_start=st.telemetry.turn_began, on_turn_end=st.telemetry.turn_left,
             isolation=(isolation_for(st.telemetry, share=config.straggler_share,

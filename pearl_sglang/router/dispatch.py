@@ -19,6 +19,7 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.state import ARRIVING_ACTIVITIES
 from pearl_sglang.core.straggler_isolation import Isolation
+from pearl_sglang.router.activity import TurnWindows, Window, WorkerActivity
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.encoded_ids import EncodedIds, as_list
 from pearl_sglang.router.errors import (
@@ -76,8 +77,13 @@ class Completed:
     started: float
     first_chunk_at: float | None
     ended: float
-    concurrency: int
-    chunk_interval: int
+    first_chunk_tokens: int  # generated tokens its first chunk carried (SGLang sends the first at once)
+    # What the workers did meanwhile (``activity``): the prefill tokens the prefix holder
+    # finished while this item waited for its first chunk, and what its decode worker
+    # decoded and prefilled from the first chunk to the end (None when the item moved
+    # between workers or never streamed).
+    queued_prefill_tokens: int = 0
+    decode_window: Window | None = None
 
 
 def attempt_rid(rid: str, attempt: int) -> str:
@@ -98,12 +104,16 @@ class Dispatcher:
                  on_worker_failure: Callable[[int], None] = lambda slot: None,
                  on_worker_stalled: Callable[[int], None] = lambda slot: None,
                  on_complete: Callable[[Completed], None] = lambda c: None,
-                 loads: LoadModel | None = None, wait_for_workers: bool = True,
+                 loads: LoadModel | None = None, activity: WorkerActivity | None = None,
+                 wait_for_workers: bool = True,
                  on_turn_start: Callable[[str, float], None] = lambda trajectory, now: None,
                  on_turn_end: Callable[[str, int | None, float], None] = lambda trajectory, slot, now: None,
                  isolation: Callable[[str | None, float], Isolation | None] = lambda trajectory, now: None) -> None:
         self.transport = transport
         self.loads = loads if loads is not None else LoadModel(inflight)
+        # What each worker decoded and prefilled, for the turns' telemetry windows.
+        self.activity = activity if activity is not None else WorkerActivity(
+            lambda: asyncio.get_running_loop().time())
         self.store = store
         self.selector = selector
         self.inflight = inflight
@@ -135,8 +145,7 @@ class Dispatcher:
         priority = item.extra.get("priority")
         await self.gate.admit(priority if type(priority) is int else 0)
         first_chunk_at: float | None = None
-        concurrency = 0
-        interval = client_stream_interval or self.config.internal_stream_interval
+        windows = TurnWindows(self.activity)
         stitcher = Stitcher(item.rid, _held(item.input_ids))
         entry = self.inflight.open(item.rid)
         key = prefix_key(item.input_ids, item.text, ids_text=item.ids_text)
@@ -164,10 +173,10 @@ class Dispatcher:
                                           context=context if not stitcher.generated
                                           else context + stitcher.generated, rid=item.rid)
                 main = target.main
-                concurrency = self.inflight.load().get(main.slot, 0)
                 self.inflight.assign(entry, target.slots, tuple(
                     w.endpoint for w in (target.worker, target.prefill, target.decode) if w),
                     worker_rid=attempt_rid(item.rid, stitcher.attempts))
+                windows.sent(target.prefix_holder.slot)
                 entry.cause = None if entry.cause is EndCause.MIGRATE else entry.cause
                 body = self._body(item, stitcher, remaining, client_stream_interval)
                 body["rid"] = entry.worker_rid
@@ -177,7 +186,7 @@ class Dispatcher:
                         stitcher.update(chunk)
                         if first_chunk_at is None:
                             first_chunk_at = loop.time()
-                            self.loads.prefill_done(item.rid)
+                            self._first_chunk(windows, item.rid, target, chunk, context, stitcher.generated)
                         if _finish_reason(chunk) is None:
                             yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
                         else:
@@ -207,7 +216,8 @@ class Dispatcher:
                             item=item, trajectory=trajectory, turn=turn, key=key,
                             prompt_ids=stitcher.prompt_ids, final=out, target=target,
                             attempts=stitcher.attempts, started=started, first_chunk_at=first_chunk_at,
-                            ended=loop.time(), concurrency=concurrency, chunk_interval=interval))
+                            ended=loop.time(), first_chunk_tokens=windows.first_chunk_tokens,
+                            queued_prefill_tokens=windows.queued_prefill, decode_window=windows.decode_window()))
                         yield out
                         return
                 elif entry.cause is EndCause.CLIENT_ABORT:
@@ -217,6 +227,7 @@ class Dispatcher:
                         f"request {item.rid} did not finish after {stitcher.attempts} attempts; "
                         f"{stitcher.generated} tokens were generated")
                 stitcher.next_attempt()
+                windows.stop(moved=True)
                 self.migrations += 1
                 # Off the old workers at once: a drain waiting for them must not wait for
                 # this request while it looks for a new home.
@@ -224,12 +235,28 @@ class Dispatcher:
         finally:
             self.inflight.close(item.rid)
             self.loads.prefill_done(item.rid)
+            windows.stop()
             if trajectory is not None:
                 self.on_turn_end(trajectory, target.main.slot if target is not None else None, loop.time())
             if not finished:
                 # The client went away or the request failed: free the workers' slots.
                 for url in entry.urls:
                     asyncio.ensure_future(self.transport.abort(url=url, rid=entry.worker_rid))
+
+    def _first_chunk(self, windows: TurnWindows, rid: str, target: Target, chunk: dict[str, Any],
+                     context: int, generated: int) -> None:
+        """``rid``'s prefill is done: off its holder's queue, counted as computed there (what
+        a colocated worker reports; a PD decode reports no cache hits, so the routing
+        estimate), and its decode starts."""
+        done = self.loads.prefill_done(rid)
+        meta = chunk.get("meta_info") or {}
+        prompt, cached = meta.get("prompt_tokens"), meta.get("cached_tokens")
+        if not target.is_pd and type(prompt) is int and type(cached) is int:
+            computed = prompt - cached
+        else:
+            computed = done[1] if done is not None else 0
+        windows.first_chunk(target.prefix_holder.slot, target.main.slot, computed,
+                            prompt if type(prompt) is int else context, generated)
 
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
                     what: str, context: int | None = None, rid: str | None = None,

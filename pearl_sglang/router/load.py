@@ -68,7 +68,8 @@ class LoadModel:
             self._prefill_by_rid[rid] = (slot, tokens)
             self._prefill[slot] = self._prefill.get(slot, 0) + tokens
 
-    def prefill_done(self, rid: str) -> None:
+    def prefill_done(self, rid: str) -> tuple[int, int] | None:
+        """The slot and tokens of ``rid``'s queued prefill, now done (None: none queued)."""
         entry = self._prefill_by_rid.pop(rid, None)
         if entry is not None:
             slot, tokens = entry
@@ -77,6 +78,7 @@ class LoadModel:
                 self._prefill[slot] = left
             else:
                 del self._prefill[slot]
+        return entry
 
     # ---- trajectories between turns ----------------------------------------------------------
     def turn_started(self, trajectory: str | None, key: tuple[int, ...] = ()) -> None:

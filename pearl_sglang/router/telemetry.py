@@ -8,8 +8,9 @@ conflated, which the header avoids). What workers computed is ``prompt_tokens -
 cached_tokens``; the response of the previous turn is counted as carried (it stays in the
 context), the rest as new input, so the fitted ``delta_L`` is the *effective* prefill per
 turn. The environment gap is the time between a turn's answer and the next turn's
-request. Decode timing against the worker's concurrency gives ``A`` and ``b``; the time
-to the first chunk gives ``t_prefill``. ``drain()`` closes a rollout step: its
+request. Decode timing against the decode worker's mean concurrency over the decode
+(and the prefills it ran meanwhile) gives ``A`` and ``b``; the time to the first chunk,
+over the prompt's computed tokens plus the prefills queued ahead of it, ``t_prefill``. ``drain()`` closes a rollout step: its
 trajectories become the workload history against which ``critical_path`` ranks the next
 step's running trajectories (turns, tokens and time since their first request).
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pearl_sglang.core.critical_path import (RemainingEstimate, TrajectoryProgress, WorkloadHistory,
                                              predicted_stragglers)
 from pearl_sglang.core.telemetry import DecodeSample, PrefillSample, StepTelemetry, TurnRecord
+from pearl_sglang.router.activity import Window
 from pearl_sglang.router.selection import extend_prefix_key, prefix_key
 
 
@@ -69,8 +71,10 @@ class TurnObservation:
     arrived_at: float
     first_chunk_at: float | None
     finished_at: float
-    concurrency: int
-    chunk_interval: int
+    first_chunk_tokens: int  # generated tokens the first chunk carried
+    # What the workers did meanwhile (``router.activity``; ``dispatch.Completed``).
+    queued_prefill_tokens: int = 0
+    decode_window: Window | None = None
 
 
 class TelemetryCollector:
@@ -113,16 +117,23 @@ class TelemetryCollector:
                             carried_tokens=obs.generated_tokens, generated_tokens=obs.generated_tokens,
                             env_time_s=env, decode_time_s=decode_s)
         self._turns.append(record)
-        # Tokens after the first chunk were decoded at this worker's concurrency.
-        after_first = obs.generated_tokens - min(obs.chunk_interval, obs.generated_tokens)
-        if after_first > 0 and decode_s > 0:
-            self._decode.append(DecodeSample(concurrency=float(max(1, obs.concurrency)),
-                                             iteration_s=decode_s / after_first))
+        # Tokens after the first chunk were decoded in the decode worker's batch over that
+        # window (its mean sequences and context tokens), between the prefills it ran
+        # meanwhile; the wait for the first chunk held the prefills finished ahead of
+        # this one's (core.telemetry).
+        first_tokens = min(obs.first_chunk_tokens, obs.generated_tokens)
+        after_first = obs.generated_tokens - first_tokens
+        window = obs.decode_window
+        if after_first > 0 and decode_s > 0 and window is not None:
+            self._decode.append(DecodeSample(concurrency=max(1.0, window.sequences),
+                                             iteration_s=decode_s / after_first,
+                                             context_tokens=window.context_tokens,
+                                             prefill_tokens_per_token=window.prefilled / after_first))
             if computed > 0 and obs.first_chunk_at is not None:
-                first_tokens = min(obs.chunk_interval, obs.generated_tokens)
                 prefill_s = (obs.first_chunk_at - obs.arrived_at) - first_tokens * decode_s / after_first
                 if prefill_s > 0:
-                    self._prefill.append(PrefillSample(tokens=computed, seconds=prefill_s))
+                    self._prefill.append(PrefillSample(tokens=computed + obs.queued_prefill_tokens,
+                                                       seconds=prefill_s))
         self._last[tid] = _Last(tid, turn, obs.generated_tokens, obs.finished_at)
         run = self._running.setdefault(tid, _Running(started_at=obs.arrived_at))
         run.started_at = min(run.started_at, obs.arrived_at)

@@ -110,3 +110,51 @@ def test_fitted_symbols_leave_the_engine_rates_to_the_configuration_under_worklo
                                    "t_prefill": 2e-4}
     assert fitted_symbols(est, ProfileFit.WORKLOAD) == {"S": 30.0, "r": 400.0, "theta": 0.5, "T_env": 100.0}
     assert ENGINE_RATES == {"A", "b", "t_prefill"}
+
+
+def contended_samples(rng: random.Random, *, A, b_seq, b_ctx, t_prefill, n=1500):
+    """Decode and prefill telemetry of a contended colocated worker, shaped as measured on
+    the emulated pool: late turns are long and run beside few others, early ones short
+    and crowded (so context and concurrency are anti-correlated); prefills, which take
+    priority, stretch the decode they interrupt; and one wait in ten for a first chunk
+    also holds something that is not prefill (KV memory, a worker's other work)."""
+    decode, prefill = [], []
+    for _ in range(n):
+        late = rng.random()
+        c = max(1.0, rng.gauss(14 - 12 * late, 1.5))
+        ctx_per_seq = 4000 + 30_000 * late * rng.uniform(0.8, 1.2)
+        x = rng.uniform(0, 30)  # prefill tokens run per generated token
+        it = (A + b_seq * c + b_ctx * c * ctx_per_seq + t_prefill * x) * rng.uniform(0.97, 1.03)
+        decode.append(DecodeSample(c, it, context_tokens=c * ctx_per_seq, prefill_tokens_per_token=x))
+    for _ in range(n // 2):
+        tok = rng.randint(300, 20_000)
+        extra = rng.uniform(1, 8) if rng.random() < 0.1 else 0.0
+        prefill.append(PrefillSample(tok, tok * t_prefill * rng.uniform(0.8, 1.2) + extra))
+    return tuple(decode), tuple(prefill), ctx_per_seq
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_engine_rates_fit_from_a_contended_colocated_worker(seed):
+    """``b`` is one more sequence at the mean context seen; the concurrency alone gives a
+    slope near zero here (the old fit), and the prefill tail inflates a ratio of sums."""
+    rng = random.Random(seed)
+    A, b_seq, b_ctx, t_p = 0.0121, 4e-5, 8.8e-8, 3e-5
+    decode, prefill, _ = contended_samples(rng, A=A, b_seq=b_seq, b_ctx=b_ctx, t_prefill=t_p)
+    est = fit_step(StepTelemetry((), decode, prefill))
+    per_seq = sum(d.context_tokens for d in decode) / sum(d.concurrency for d in decode)
+    assert est.A == pytest.approx(A, rel=0.05)
+    assert est.b == pytest.approx(b_seq + b_ctx * per_seq, rel=0.05)
+    assert est.t_prefill == pytest.approx(t_p, rel=0.1)
+    # What the fit did before (concurrency alone, prefill seconds over tokens) is far off.
+    blind = fit_step(StepTelemetry((), tuple(DecodeSample(d.concurrency, d.iteration_s) for d in decode), ()))
+    assert blind.b < 0.5 * est.b
+    assert sum(p.seconds for p in prefill) / sum(p.tokens for p in prefill) > 1.5 * t_p
+
+
+def test_terms_whose_regressor_does_not_vary_are_left_out():
+    """A PD decode worker runs no prefill and a source may report no context: the fit
+    falls back to the terms that vary."""
+    samples = tuple(DecodeSample(c, 0.01 + 2e-4 * c) for c in (1.0, 4.0, 9.0, 16.0))
+    est = fit_step(StepTelemetry((), samples, ()))
+    assert (est.A, est.b) == (pytest.approx(0.01), pytest.approx(2e-4))
+    assert est.t_prefill is None

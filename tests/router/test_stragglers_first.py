@@ -50,7 +50,7 @@ def _turn(col: TelemetryCollector, tid: str, start: float, end: float, slot: int
     col.turn_began(tid, start)
     col.observe(TurnObservation(trajectory=tid, turn=turn, key=(), full_key=(), prompt_tokens=100,
                                 cached_tokens=0, generated_tokens=10, arrived_at=start, first_chunk_at=start,
-                                finished_at=end, concurrency=1, chunk_interval=16))
+                                finished_at=end, first_chunk_tokens=16))
     col.turn_left(tid, slot, end)
 
 

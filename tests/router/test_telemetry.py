@@ -6,6 +6,7 @@ import asyncio
 import httpx
 
 from pearl_sglang.core.telemetry import fit_step
+from pearl_sglang.router.activity import Window
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation
 from tests.router.conftest import running_router
@@ -54,17 +55,26 @@ async def test_turns_are_recorded_with_and_without_trajectory_headers():
 
 def test_collector_counts_effective_prefill():
     col = TelemetryCollector()
-    base = dict(trajectory="t", key=(), full_key=(), concurrency=4, chunk_interval=16)
+    base = dict(trajectory="t", key=(), full_key=(), first_chunk_tokens=16)
     col.observe(TurnObservation(turn=0, prompt_tokens=1000, cached_tokens=0, generated_tokens=100,
-                                arrived_at=0.0, first_chunk_at=0.5, finished_at=2.0, **base))
+                                arrived_at=0.0, first_chunk_at=0.5, finished_at=2.0,
+                                decode_window=Window(1.5, 4.0, 40_000.0, 0), **base))
     col.observe(TurnObservation(turn=1, prompt_tokens=1900, cached_tokens=1000, generated_tokens=100,
-                                arrived_at=5.0, first_chunk_at=5.4, finished_at=7.0, **base))
+                                arrived_at=5.0, first_chunk_at=5.4, finished_at=7.0, queued_prefill_tokens=600,
+                                decode_window=Window(1.6, 6.5, 65_000.0, 420), **base))
+    # Moved between workers (no window): no decode or prefill sample, the turn still counts.
+    col.observe(TurnObservation(turn=2, prompt_tokens=2100, cached_tokens=2000, generated_tokens=100,
+                                arrived_at=9.0, first_chunk_at=9.4, finished_at=11.0, **base))
     step = col.drain()
-    first, second = step.turns
+    first, second, _ = step.turns
     assert first.new_input_tokens == 1000 and second.new_input_tokens == 800  # 900 computed - 100 carried
     assert second.env_time_s == 3.0
-    assert len(step.decode) == 2 and step.decode[0].concurrency == 4
-    assert fit_step(step).delta_L == (1000 + 800 + 100) / 2
+    # The decode ran at the window's mean concurrency, between 420 prefill tokens (84 tokens
+    # after the first chunk's 16); the first chunk waited for 600 tokens queued ahead.
+    assert [(d.concurrency, d.context_tokens, d.prefill_tokens_per_token) for d in step.decode] == [
+        (4.0, 40_000.0, 0.0), (6.5, 65_000.0, 5.0)]
+    assert [p.tokens for p in step.prefill] == [1000, 900 + 600]
+    assert fit_step(step).delta_L == (1000 + 800 + 100 + 0 + 100) / 3
     assert col.pending() == 0
 
 
