@@ -108,7 +108,8 @@ class TurnWindows:
         self.first_chunk_tokens = 0
         self._sent: Mark | None = None
         self._decoding: tuple[int, int, Mark] | None = None
-        self._moved = False
+        self._in_batch = False   # counted in its decode worker's batch
+        self._moved = False      # its decode ran on more than one worker
 
     def sent(self, holder: int) -> None:
         self._sent = self.activity.mark(holder)
@@ -123,6 +124,7 @@ class TurnWindows:
         act.prefilled(holder, computed)
         act.decode_started(main, context)
         self._decoding = (main, context, act.mark(main))
+        self._in_batch = True
 
     def decode_window(self) -> Window | None:
         if self._decoding is None or self._moved:
@@ -131,8 +133,10 @@ class TurnWindows:
         return between(start, self.activity.mark(slot))
 
     def stop(self, *, moved: bool = False) -> None:
-        """The attempt ended (``moved``: another follows) or the request did."""
-        if self._decoding is not None and not self._moved:
+        """The attempt ended (``moved``: another follows) or the request did. A move before
+        the first chunk keeps the decode window (the decode runs whole on the next worker)."""
+        if self._in_batch and self._decoding is not None:
             slot, context, _ = self._decoding
             self.activity.decode_ended(slot, context)
-        self._moved = self._moved or moved
+            self._in_batch = False
+            self._moved = self._moved or moved

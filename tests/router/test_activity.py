@@ -56,6 +56,19 @@ def test_a_moved_request_has_no_decode_window_and_leaves_the_batch():
     start = act.mark(1)
     clock.advance(1.0)
     assert between(start, act.mark(1)).sequences == 0.0
+    # Moved before its first chunk (drained while queued): its decode runs whole on the
+    # next worker, so the window stands, and it leaves that batch when it ends.
+    u = TurnWindows(act)
+    u.sent(holder=1)
+    u.stop(moved=True)
+    u.sent(holder=2)
+    u.first_chunk(holder=2, main=2, computed=10, context=10, tokens=1)
+    clock.advance(2.0)
+    assert u.decode_window() == (2.0, 1.0, 10.0, 0)
+    u.stop()
+    start = act.mark(2)
+    clock.advance(1.0)
+    assert between(start, act.mark(2)).sequences == 0.0
 
 
 async def test_router_telemetry_sees_the_batch_a_turn_decoded_in():
