@@ -68,11 +68,19 @@ async def test_worker_sigkilled_mid_chat_stream_completes_elsewhere_exact(kind, 
                 return any(w.endpoint == survivor.url for w in store.table.active())
 
             async def join_survivor(c: httpx.AsyncClient) -> None:
-                r = await c.post(url + "/workers", json={"url": survivor.url},
-                                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-                assert r.status_code == 202, r.text
-                await until(joined_yet, timeout=120, what="the survivor to join")
-                joined.set()
+                # The victim's generation is held in place while the survivor joins: on a
+                # quiet machine real SGLang generated all 400 tokens before the join ended.
+                paused = await c.post(victim.url + "/pause_generation", json={"mode": "in_place"})
+                assert paused.status_code == 200, paused.text
+                try:
+                    r = await c.post(url + "/workers", json={"url": survivor.url},
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+                    assert r.status_code == 202, r.text
+                    await until(joined_yet, timeout=120, what="the survivor to join")
+                    joined.set()
+                finally:
+                    resumed = await c.post(victim.url + "/continue_generation", json={})
+                    assert resumed.status_code == 200, resumed.text
 
             def kill(event):
                 if not (event.get("choices") and event["choices"][0]["delta"].get("content")):
