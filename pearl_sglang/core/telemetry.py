@@ -26,7 +26,7 @@ Estimators (per step):
 * ``T_env``: ``S`` times the mean environment time per turn.
 * ``A``, ``b``: least squares of the time per generated token on the batch's mean
   sequences and context tokens over the turn's decode, with the prefill tokens the
-  worker ran meanwhile as a nuisance term (``_fit_line``); ``b`` is one more sequence
+  worker ran meanwhile as a nuisance term (``_fit_decode``); ``b`` is one more sequence
   of the mean context seen.  Needs two distinct concurrencies, otherwise the step leaves
   them unchanged.
 * ``t_prefill``: the median seconds per token of the turns' waits for their first chunk
@@ -170,7 +170,7 @@ def _least_squares(rows: list[tuple[float, ...]], ys: list[float]) -> tuple[floa
     return tuple(mat[i][k] / mat[i][i] for i in range(k))
 
 
-def _fit_line(samples: Iterable[DecodeSample]) -> tuple[float | None, float | None]:
+def _fit_decode(samples: Iterable[DecodeSample]) -> tuple[float | None, float | None]:
     """``A`` and ``b`` by least squares of the iteration time on the batch's sequences
     ``c``, its context tokens and the prefill tokens run between its tokens (a nuisance
     term: prefills take priority and stretch the decode they interrupt)::
@@ -185,8 +185,10 @@ def _fit_line(samples: Iterable[DecodeSample]) -> tuple[float | None, float | No
     if len({s.concurrency for s in samples}) < 2:
         return None, None
     ys = [s.iteration_s for s in samples]
-    with_ctx = all(s.context_tokens > 0 for s in samples)
-    for use_ctx, use_prefill in ((with_ctx, True), (with_ctx, False), (False, True), (False, False)):
+    term_sets = ((True, True), (True, False), (False, True), (False, False))
+    if not all(s.context_tokens > 0 for s in samples):
+        term_sets = term_sets[2:]
+    for use_ctx, use_prefill in term_sets:
         rows = [(s.concurrency,) + ((s.context_tokens,) if use_ctx else ())
                 + ((s.prefill_tokens_per_token,) if use_prefill else ()) for s in samples]
         fit = _least_squares(rows, ys)
@@ -197,6 +199,11 @@ def _fit_line(samples: Iterable[DecodeSample]) -> tuple[float | None, float | No
             b += fit[2] * sum(s.context_tokens for s in samples) / sum(s.concurrency for s in samples)
         return max(0.0, a), max(0.0, b)
     return None, None
+
+
+# Below this many tokens a prefill's fixed costs (a scheduler pass, the iteration it waits
+# for) dominate its time per token.
+MIN_PREFILL_TOKENS = 256
 
 
 def _prefill_rate(samples: Iterable[PrefillSample]) -> float | None:
@@ -211,11 +218,6 @@ def _prefill_rate(samples: Iterable[PrefillSample]) -> float | None:
     if not long:
         return None
     return statistics.median(p.seconds / p.tokens for p in long)
-
-
-# Below this many tokens a prefill's fixed costs (a scheduler pass, the iteration it waits
-# for) dominate its time per token.
-MIN_PREFILL_TOKENS = 256
 
 
 def fit_step(step: StepTelemetry) -> WorkloadEstimate:
@@ -240,7 +242,7 @@ def fit_step(step: StepTelemetry) -> WorkloadEstimate:
             theta=env / decode if decode > 0 else None,
             T_env=s * env / n,
         )
-    a, b = _fit_line(step.decode)
+    a, b = _fit_decode(step.decode)
     return replace(est, A=a, b=b, t_prefill=_prefill_rate(step.prefill))
 
 

@@ -37,10 +37,11 @@ class Window(NamedTuple):
 
 def between(start: Mark, end: Mark) -> Window:
     seconds = end.at - start.at
+    prefilled = max(0, end.prefilled - start.prefilled)
     if seconds <= 0:
-        return Window(0.0, 0.0, 0.0, max(0, end.prefilled - start.prefilled))
+        return Window(0.0, 0.0, 0.0, prefilled)
     return Window(seconds, max(0.0, (end.sequences_s - start.sequences_s) / seconds),
-                  max(0.0, (end.context_s - start.context_s) / seconds), max(0, end.prefilled - start.prefilled))
+                  max(0.0, (end.context_s - start.context_s) / seconds), prefilled)
 
 
 class _Slot:
