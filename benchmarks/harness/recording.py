@@ -46,6 +46,7 @@ class Recorder:
         control = self.last_state.get("control") or {}
         decisions = control.get("decisions") or []
         choice = next((d.get("choice") for d in reversed(decisions) if d.get("choice")), None)
+        gate = next((d for d in reversed(decisions) if d.get("operation") == "borrow_gate"), None)
         row = {
             "step": r.step, "start_s": r.start - self.t0, "end_s": r.end - self.t0,
             "duration_s": r.duration_s, "throughput": r.throughput,
@@ -55,6 +56,10 @@ class Recorder:
             "error_samples": list(r.error_samples[:2]),
             "topology": label(counts), "roles": counts, "borrowing": bool(control.get("borrowing")),
             "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
+            # The borrowing gate's last call: its answer, why, and what the workers of the step
+            # before it did (core.pool_usage).
+            "gate": None if gate is None else {k: gate.get(k) for k in
+                                               ("borrow", "reason", "benefit_s", "toggle_cost_s", "pool_usage")},
             # The router's per-worker utilization of this step's rollout (closed at train_begin).
             "utilization": (self.last_state.get("utilization") or {}).get("last_step"),
             # The control plane's predictions of this rollout (closed at this step's train_begin,

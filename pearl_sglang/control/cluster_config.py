@@ -32,8 +32,10 @@ from typing import Any, Mapping
 
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.errors import InvalidConfig
+from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
 from pearl_sglang.core.mode_feedback import ModeFeedback
 from pearl_sglang.core.pd_mode import AUTO, COLOCATED, PdMode
+from pearl_sglang.core.pool_usage import UsageThresholds
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import ProfileFit
 
@@ -136,7 +138,7 @@ class GateConfig:
     """Benefit-aware borrowing gate (equation 7). ``enabled: false`` borrows whenever the
     training GPUs are idle (the ablation's ungated toggle); ``borrow: false`` never borrows."""
 
-    toggle_cost_s: float = 10.0
+    toggle_cost_s: float = INITIAL_TOGGLE_COST_S
     alpha: float = 0.3
     enabled: bool = True
     borrow: bool = True
@@ -146,14 +148,25 @@ class GateConfig:
     # exactly (today's replays); see docs/decisions.md for why and when to raise it.
     exploration_rate: float = 0.0
     explore_max_benefit_ratio: float = 2.0
+    # What the last step's workers did (``core.pool_usage``): a borrow is refused when the
+    # dedicated workers of an unborrowed step, or the borrowed workers of a borrowed one,
+    # had a request in flight for less than this share of the time (0: no check).
+    min_dedicated_busy_share: float = 0.65
+    min_borrowed_busy_share: float = 0.18
 
     def __post_init__(self) -> None:
         from pearl_sglang.core.learning_gate import Exploration
 
         try:
             Exploration(rate=self.exploration_rate, max_benefit_ratio=self.explore_max_benefit_ratio)
+            self.usage
         except InvalidConfig as e:
             raise ConfigError(f"gate: {e}") from e
+
+    @property
+    def usage(self) -> UsageThresholds:
+        return UsageThresholds(min_dedicated_busy_share=self.min_dedicated_busy_share,
+                               min_borrowed_busy_share=self.min_borrowed_busy_share)
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ class DataPlane(Protocol):
         replaced say nothing about it."""
 
     def close_step(self) -> StepTelemetry:
-        """The rollout step ended: its per-request records, handed over once (the next
-        step starts empty)."""
+        """The rollout step ended: its per-request records and each worker's busy time,
+        handed over once (the next step starts empty)."""
 
     def turns_done(self, now: float) -> list[int]:
         """Turns each trajectory still running at ``now`` has finished."""

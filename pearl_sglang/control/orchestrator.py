@@ -43,12 +43,13 @@ from pearl_sglang.core.learning_gate import Exploration, LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.planner import plan
+from pearl_sglang.core.pool_usage import pool_usage
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.step_learning import StepLearning
 from pearl_sglang.core.step_model import MakespanModel, StepContext
-from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable, Zone
 from pearl_sglang.core.telemetry import ProfileFit, ProfileTracker, fitted_symbols
 from pearl_sglang.core.topology import Mode, Topology
 from pearl_sglang.core.waves import Wave
@@ -85,6 +86,8 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         self.groups = WeightGroups(executor.ops, init_timeout_s=config.weights.group_init_timeout_s)
         self.decisions: deque[dict[str, Any]] = deque(maxlen=50)
         self.borrowing = False
+        self._borrowed_since: float | None = None  # shell-clock time of the last borrow
+        self._overruled = False  # the pool-usage check kept the step in progress unborrowed
         self.training = False
         self._lock = asyncio.Lock()
         self._growth: Expansion | None = None
@@ -262,9 +265,18 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
 
     def _observe_step(self, now: float) -> None:
-        step = self.executor.data_plane.close_step().scaled(self.config.time_scale)
-        self.learning, warning = self.learning.close(step, now=now, borrowed=self.borrowing,
-                                                     number=self.last_step["finished"])
+        step = self.executor.data_plane.close_step()
+        lent_for = None
+        if self.borrowing:
+            lent_for = step.span_s if self._borrowed_since is None else now - self._borrowed_since
+        members = self.store.table.members()
+        usage = pool_usage(dict(step.worker_busy_s), span_s=step.span_s, borrowed_for_s=lent_for,
+                           dedicated=[w.slot for w in members if w.zone is Zone.DEDICATED],
+                           borrowed=[w.slot for w in members if w.zone is Zone.OVERLAP])
+        self.learning, warning = self.learning.close(step.scaled(self.config.time_scale), now=now,
+                                                     borrowed=self.borrowing, number=self.last_step["finished"],
+                                                     usage=usage, teaches_toggle_cost=not self._overruled)
+        self._overruled = False
         if warning:
             log.warning("%s", warning)
 
@@ -287,20 +299,24 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
             await self.store.apply([TrainFinished()])
             borrow, reason = self._gate(remaining)
             self.borrowing = borrow
+            self._borrowed_since = asyncio.get_running_loop().time() if borrow else None
             self._persist()
             if borrow:
                 await self._regrow("train_finished", "intra_scale", borrow=True)
         return {"step": step, "borrowing": borrow, "reason": reason}
 
     def _gate(self, remaining: float | None) -> tuple[bool, str]:
+        usage = self.learning.usage
         ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
                                              toggle_cost_s=self.learning.gate.toggle_cost_s, remaining=remaining,
-                                             ctx=self._context(fresh=False))
+                                             ctx=self._context(fresh=False), usage=usage)
         if decision is not None:
             gate, choice = self.learning.gate.choose(decision)
             self.learning = replace(self.learning, gate=gate)
             ok, reason = choice.borrow, choice.reason
-            self.decisions.append({"operation": "borrow_gate", **choice.to_dict()})
+            self._overruled = decision.overruled is not None and not choice.explored
+            self.decisions.append({"operation": "borrow_gate", **choice.to_dict(),
+                                   "pool_usage": None if usage is None else usage.to_dict()})
         return ok, reason
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:

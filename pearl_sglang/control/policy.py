@@ -9,6 +9,7 @@ from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.decision import Decision, decide
 from pearl_sglang.core.gate import GateDecision
 from pearl_sglang.core.mode_feedback import ModeCorrection
+from pearl_sglang.core.pool_usage import PoolUsage, usage_guard
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates, gate as model_gate
 from pearl_sglang.core.state import StateTable
@@ -47,9 +48,11 @@ def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, 
 
 
 def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
-           remaining: float | None, ctx: StepContext = StepContext()) -> tuple[bool, str, GateDecision | None]:
-    """Equation (7) on the current budgets under ``config.makespan_model``, unless
-    borrowing is off or ungated."""
+           remaining: float | None, ctx: StepContext = StepContext(),
+           usage: PoolUsage | None = None) -> tuple[bool, str, GateDecision | None]:
+    """Equation (7) on the current budgets under ``config.makespan_model``, checked against
+    what the last step's workers did (``usage``, ``core.pool_usage``), unless borrowing is
+    off or ungated."""
     gate = config.gate
     if not gate.borrow or not table.overlap_gpus:
         return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs", None
@@ -60,4 +63,5 @@ def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle
     r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
     decision = model_gate(MakespanModel.parse(config.makespan_model), profile, dedicated_workers=max(ded, 1),
                           overlap_workers=full - ded, remaining=r, ctx=ctx, toggle_cost_s=toggle_cost_s)
+    decision = usage_guard(decision, usage, gate.usage)
     return decision.borrow, decision.reason, decision

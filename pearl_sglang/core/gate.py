@@ -26,6 +26,10 @@ from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.tail import TurnSpread, predict
 
 
+# The configured first estimate of ``T_toggle`` (``gate.toggle_cost_s``) when none is given.
+INITIAL_TOGGLE_COST_S = 10.0
+
+
 @dataclass(frozen=True)
 class GateDecision:
     borrow: bool
@@ -34,10 +38,13 @@ class GateDecision:
     t_ded_s: float
     t_full_s: float
     reason: str
+    # Why a borrow equation (7) made was refused by what the workers did (``core.pool_usage``).
+    overruled: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"borrow": self.borrow, "benefit_s": self.benefit_s, "toggle_cost_s": self.toggle_cost_s,
-                "t_ded_s": self.t_ded_s, "t_full_s": self.t_full_s, "reason": self.reason}
+                "t_ded_s": self.t_ded_s, "t_full_s": self.t_full_s, "reason": self.reason,
+                "overruled": self.overruled}
 
 
 def borrow_gate(*, remaining: float, batch: float, t_ded_s: float, t_full_s: float,

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.learning_gate import LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection
+from pearl_sglang.core.pool_usage import PoolUsage
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.step_model import MakespanModel, StepContext, running_turns, step_predictions
 from pearl_sglang.core.tail import TurnSpread, spread_of
@@ -47,6 +48,7 @@ class StepLearning:
     spread: TurnSpread | None = None   # per-turn spread of the last step (tail-aware model)
     started_at: float | None = None    # shell-clock time the step in progress began
     prediction: StepPrediction | None = None
+    usage: PoolUsage | None = None     # what the last closed step's workers did (the gate's check)
     history: tuple[Mapping[str, Any], ...] = ()
 
     def context(self, *, now: float | None = None, turns_done: tuple[int, ...] = (),
@@ -67,31 +69,36 @@ class StepLearning:
         """The configured model's prediction for the step in progress."""
         return None if self.prediction is None else self.prediction.by_model[self.model.value]
 
-    def close(self, step: StepTelemetry, *, now: float, borrowed: bool,
-              number: int | None) -> tuple["StepLearning", str | None]:
+    def close(self, step: StepTelemetry, *, now: float, borrowed: bool, number: int | None,
+              usage: PoolUsage | None = None, teaches_toggle_cost: bool = True) -> tuple["StepLearning", str | None]:
         """Close the step in progress at ``now`` (``step``: its telemetry in profile
-        seconds; ``number``: the trainer's step it fed).  Returns the new value and a
-        warning when the telemetry did not fit (the fit is then left as it was)."""
+        seconds; ``number``: the trainer's step it fed; ``usage``: what its workers did;
+        ``teaches_toggle_cost``: False for a step the pool-usage check kept unborrowed,
+        ``core.pool_usage``).  Returns the new value and a warning when the telemetry did
+        not fit (the fit is then left as it was)."""
         warning, tracker, spread = None, self.tracker, self.spread
         if step.turns:
             try:
                 tracker, spread = tracker.observe(step), spread_of(step) or spread
             except CoreError as e:
                 warning = f"telemetry did not fit: {e}"
-        nxt = replace(self, tracker=tracker, spread=spread, started_at=now)
+        nxt = replace(self, tracker=tracker, spread=spread, started_at=now, usage=usage)
         predicted = self.predicted_s
         if self.started_at is None or predicted is None:
             return nxt, warning
         observed = (now - self.started_at) * self.time_scale
         mode = self.prediction.topology.mode
+        gate = self.gate.observe(borrowed=borrowed, observed_s=observed, predicted_s=predicted) \
+            if teaches_toggle_cost else self.gate
         record = {"step": number, "borrowed": borrowed, "predicted_s": predicted, "observed_s": observed,
                   "mode": mode.value if mode else None, "corrected_s": predicted * self.modes.factor(mode),
                   "error": (observed - predicted) / observed if observed > 0 else None,
                   "makespan_model": self.model.value, "predicted_by_model_s": dict(self.prediction.by_model)}
-        return replace(nxt, gate=self.gate.observe(borrowed=borrowed, observed_s=observed, predicted_s=predicted),
+        return replace(nxt, gate=gate,
                        modes=self.modes.observe(mode, observed_s=observed, predicted_s=predicted),
                        history=(self.history + (record,))[-HISTORY:]), warning
 
     def describe(self) -> dict[str, Any]:
-        return {"gate": self.gate.describe(), "mode_correction": self.modes.describe(),
+        return {"gate": {**self.gate.describe(), "pool_usage": None if self.usage is None else self.usage.to_dict()},
+                "mode_correction": self.modes.describe(),
                 "step_predictions": list(self.history[-10:])}

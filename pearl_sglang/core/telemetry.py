@@ -92,9 +92,15 @@ class PrefillSample:
 
 @dataclass(frozen=True)
 class StepTelemetry:
+    """One rollout step's records.  ``worker_busy_s``: seconds each worker slot had a
+    request in flight, over the step's ``span_s`` (for ``core.pool_usage``; the fit does
+    not read them)."""
+
     turns: tuple[TurnRecord, ...]
     decode: tuple[DecodeSample, ...] = ()
     prefill: tuple[PrefillSample, ...] = ()
+    worker_busy_s: tuple[tuple[int, float], ...] = ()
+    span_s: float = 0.0
 
     def scaled(self, k: float) -> "StepTelemetry":
         """Durations multiplied by ``k``: telemetry measured on a clock running ``k`` times
@@ -105,7 +111,9 @@ class StepTelemetry:
             turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k)
                         for t in self.turns),
             decode=tuple(replace(d, iteration_s=d.iteration_s * k) for d in self.decode),
-            prefill=tuple(replace(p, seconds=p.seconds * k) for p in self.prefill))
+            prefill=tuple(replace(p, seconds=p.seconds * k) for p in self.prefill),
+            worker_busy_s=tuple((slot, busy * k) for slot, busy in self.worker_busy_s),
+            span_s=self.span_s * k)
 
 
 @dataclass(frozen=True)

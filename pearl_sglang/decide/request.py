@@ -27,6 +27,17 @@ of the given ones with the PD prior, as a mode the control plane has not run yet
 ``pd_prior`` (optional, default the config's ``mode_feedback.pd_prior``, 1.08): how far
 PD stands above colocation until both modes have a factor; 1 for a neutral start.
 
+``gate`` (optional): ask the borrowing gate too, ``{"overlap_workers", "remaining",
+"toggle_cost_s", "pool_usage", "min_dedicated_busy_share", "min_borrowed_busy_share"}``
+with ``N`` the dedicated workers.  ``overlap_workers`` (required, >= 1) is what borrowing
+would add; ``remaining`` the trajectories still running (default ``B``); ``toggle_cost_s``
+the cost of one borrow and return (default 10, the config's initial estimate; the control
+plane shows its learned one under ``control.gate.toggle_cost_s``); ``pool_usage`` what
+the last step's workers did, as ``/pearl/state`` shows it under ``control.gate.pool_usage``
+(``{"borrowed", "dedicated_busy_share", "borrowed_busy_share"}``, ``core.pool_usage``).
+The output gains ``gate``: equation (7) under ``makespan_model``, checked against
+``pool_usage``.
+
 Every problem is reported as ``InputError`` naming the key.
 """
 from __future__ import annotations
@@ -45,12 +56,14 @@ from pearl_sglang.core import (
     plan,
 )
 from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
-from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates
+from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
+from pearl_sglang.core.pool_usage import PoolUsage, UsageThresholds, usage_guard
+from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates, gate as model_gate
 from pearl_sglang.core.topology import Mode
 from pearl_sglang.core.tail import TurnSpread, predict
 
 _OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model", "mode_factors",
-             "pd_prior"}
+             "pd_prior", "gate"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
 
 
@@ -74,6 +87,16 @@ class Request:
     spread: TurnSpread | None = None
     model: MakespanModel = MakespanModel.PAPER
     correction: ModeCorrection = ModeCorrection()
+    gate: GateQuestion | None = None
+
+
+@dataclass(frozen=True)
+class GateQuestion:
+    overlap_workers: int
+    remaining: float
+    toggle_cost_s: float
+    usage: PoolUsage | None
+    thresholds: UsageThresholds
 
 
 def _obj(value: Any, key: str) -> Mapping[str, Any]:
@@ -161,8 +184,54 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
         spread = _wrap("spread", TurnSpread, **sp)
     default = "tail" if remaining is not None or spread is not None else "paper"
     model = _wrap("makespan_model", MakespanModel.parse, data.get("makespan_model", default))
+    gate = _gate(data["gate"], profile) if "gate" in data else None
     return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
-                   model, _mode_factors(data.get("mode_factors", {}), data.get("pd_prior", ModeFeedback.pd_prior)))
+                   model, _mode_factors(data.get("mode_factors", {}), data.get("pd_prior", ModeFeedback.pd_prior)),
+                   gate)
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise InputError(key, f"must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _share_or_none(value: Any, key: str) -> float | None:
+    if value is not None and _number(value, key) > 1:
+        raise InputError(key, f"must be a share in [0, 1] or null, got {value!r}")
+    return value
+
+
+def _gate(value: Any, profile: Profile) -> GateQuestion:
+    g = _obj(value, "gate")
+    keys = {"overlap_workers", "remaining", "toggle_cost_s", "pool_usage", "min_dedicated_busy_share",
+            "min_borrowed_busy_share"}
+    extra = sorted(set(g) - keys)
+    if extra:
+        raise InputError(f"gate.{extra[0]}", "unknown key")
+    overlap = g.get("overlap_workers")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 1:
+        raise InputError("gate.overlap_workers", f"must be an integer >= 1, got {overlap!r}")
+    remaining = _number(g.get("remaining", profile.B), "gate.remaining")
+    if remaining > profile.B:
+        raise InputError("gate.remaining", f"must be at most B ({profile.B:g}), got {remaining:g}")
+    usage = None
+    if g.get("pool_usage") is not None:
+        u = _obj(g["pool_usage"], "gate.pool_usage")
+        extra = sorted(set(u) - {"borrowed", "dedicated_busy_share", "borrowed_busy_share"})
+        if extra:
+            raise InputError(f"gate.pool_usage.{extra[0]}", "unknown key")
+        if not isinstance(u.get("borrowed", False), bool):
+            raise InputError("gate.pool_usage.borrowed", "must be true or false")
+        usage = PoolUsage(borrowed=u.get("borrowed", False),
+                          dedicated_busy_share=_share_or_none(u.get("dedicated_busy_share"),
+                                                              "gate.pool_usage.dedicated_busy_share"),
+                          borrowed_busy_share=_share_or_none(u.get("borrowed_busy_share"),
+                                                             "gate.pool_usage.borrowed_busy_share"))
+    floors = {k: g[k] for k in ("min_dedicated_busy_share", "min_borrowed_busy_share") if k in g}
+    return GateQuestion(overlap, remaining, _number(g.get("toggle_cost_s", INITIAL_TOGGLE_COST_S),
+                                                    "gate.toggle_cost_s"),
+                        usage, _wrap("gate", UsageThresholds, **floors))
 
 
 def _mode_factors(value: Any, pd_prior: Any) -> ModeCorrection:
@@ -196,6 +265,13 @@ def run(req: Request) -> dict[str, Any]:
     out = {**decision.to_dict(), "makespan_model": req.model.value}
     if req.remaining is not None or req.spread is not None:
         out["tail"] = _tail(req, decision)
+    if req.gate is not None:
+        q = req.gate
+        answer = _wrap("gate", model_gate, req.model, req.profile, dedicated_workers=req.budget,
+                       overlap_workers=q.overlap_workers, remaining=q.remaining, ctx=ctx,
+                       toggle_cost_s=q.toggle_cost_s, constraints=req.constraints)
+        out["gate"] = {**usage_guard(answer, q.usage, q.thresholds).to_dict(),
+                       "pool_usage": None if q.usage is None else q.usage.to_dict()}
     if req.table is None:
         return out
     target = req.target or decision.choice

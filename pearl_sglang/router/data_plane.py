@@ -8,6 +8,7 @@ utilization. The port is structural, so this module needs nothing from the contr
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import replace
 from typing import Iterable
 
 from pearl_sglang.core.telemetry import StepTelemetry
@@ -33,8 +34,11 @@ class RouterDataPlane:
         self._st.breakers.success(slot)
 
     def close_step(self) -> StepTelemetry:
-        self._st.utilization.close_step()
-        return self._st.telemetry.drain()
+        usage = self._st.utilization.close_step()
+        started = usage["started"]
+        return replace(self._st.telemetry.drain(),
+                       worker_busy_s=tuple((int(slot), w["busy_s"]) for slot, w in usage["workers"].items()),
+                       span_s=0.0 if started is None else usage["ended"] - started)
 
     def turns_done(self, now: float) -> list[int]:
         return [t.turns_done for t in self._st.telemetry.progress(now)]

@@ -100,6 +100,17 @@ class _GateCollector(Collector):
                                 value=gate.get("bias_s", 0.0))
         yield GaugeMetricFamily("pearl_gate_explored_steps", "Steps the gate ran unborrowed to learn",
                                 value=gate.get("explored", 0))
+        usage = gate.get("pool_usage") or {}
+        shares = [(zone, usage.get(f"{zone}_busy_share")) for zone in ("dedicated", "borrowed")]
+        if any(share is not None for _, share in shares):
+            family = GaugeMetricFamily("pearl_gate_busy_share",
+                                       "Last rollout step: share of the time a dedicated (median) or "
+                                       "borrowed (mean) worker had a request in flight; the gate reads it",
+                                       labels=["zone"])
+            for zone, share in shares:
+                if share is not None:
+                    family.add_metric([zone], share)
+            yield family
         by_mode = (state.get("mode_correction") or {}).get("by_mode") or {}
         if by_mode:
             ratio = GaugeMetricFamily("pearl_mode_observed_over_predicted",

@@ -171,3 +171,44 @@ def test_mode_factors_scale_candidates_by_mode(capsys):
 def test_mode_factors_are_validated(payload, key, capsys):
     code, _, err = _run({**PROFILE, "N": 6, **payload}, capsys=capsys)
     assert code == 2 and key in err
+
+
+def test_gate_answers_equation_7_checked_against_pool_usage(capsys):
+    """With ``gate`` the CLI answers the borrowing question as the control plane does:
+    equation (7) on ``N`` dedicated and ``overlap_workers`` more, then the pool-usage check."""
+    from pearl_sglang.core.gate import gate_for_profile
+
+    want = gate_for_profile(Profile(**PROFILE), dedicated_workers=2, overlap_workers=8, remaining=40,
+                            toggle_cost_s=9.4)
+    assert want.borrow
+    code, out, _ = _run({**PROFILE, "N": 2, "gate": {"overlap_workers": 8, "remaining": 40, "toggle_cost_s": 9.4}},
+                        capsys=capsys)
+    assert code == 0
+    got = json.loads(out)["gate"]
+    assert got["borrow"] and got["benefit_s"] == pytest.approx(want.benefit_s) and got["pool_usage"] is None
+    idle = {"borrowed": False, "dedicated_busy_share": 0.52}
+    code, out, _ = _run({**PROFILE, "N": 2, "gate": {"overlap_workers": 8, "remaining": 40, "toggle_cost_s": 9.4,
+                                                     "pool_usage": idle}}, capsys=capsys)
+    got = json.loads(out)["gate"]
+    assert not got["borrow"] and "dedicated workers were busy 52%" in got["reason"]
+    assert got["benefit_s"] == pytest.approx(want.benefit_s) and got["pool_usage"]["dedicated_busy_share"] == 0.52
+    code, out, _ = _run({**PROFILE, "N": 2, "gate": {"overlap_workers": 8, "remaining": 40, "toggle_cost_s": 9.4,
+                                                     "pool_usage": idle, "min_dedicated_busy_share": 0.5}},
+                        capsys=capsys)
+    assert json.loads(out)["gate"]["borrow"]
+
+
+@pytest.mark.parametrize("gate, key", [
+    ({}, "gate.overlap_workers"),
+    ({"overlap_workers": 8, "remaining": 65}, "gate.remaining"),
+    ({"overlap_workers": 8, "toggle_cost_s": -1}, "gate.toggle_cost_s"),
+    ({"overlap_workers": 8, "pool_usage": {"dedicated_busy_share": 1.5}}, "gate.pool_usage.dedicated_busy_share"),
+    ({"overlap_workers": 8, "pool_usage": {"borrowed": "yes"}}, "gate.pool_usage.borrowed"),
+    ({"overlap_workers": 8, "pool_usage": {"idle": 0.1}}, "gate.pool_usage.idle"),
+    ({"overlap_workers": 8, "min_borrowed_busy_share": 2}, "gate.min_borrowed_busy_share"),
+    ({"overlap_workers": 8, "explore": True}, "gate.explore"),
+    ("borrow", "gate"),
+])
+def test_gate_inputs_are_validated(gate, key, capsys):
+    code, _, err = _run({**PROFILE, "N": 2, "gate": gate}, capsys=capsys)
+    assert code == 2 and f"key {key!r}" in err, err

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
+from pearl_sglang.core.pool_usage import PoolUsage
 from pearl_sglang.core.step_learning import HISTORY, StepLearning
 from pearl_sglang.core.step_model import MakespanModel, step_predictions
 from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
@@ -50,6 +51,13 @@ def test_closing_records_the_configured_models_prediction_and_teaches_the_gate_a
     assert closed.modes == learning.modes.observe(Mode.DISAGGREGATED, observed_s=observed, predicted_s=predicted)
     assert closed.gate == learning.gate.observe(borrowed=borrowed, observed_s=observed, predicted_s=predicted)
     assert closed.started_at == start + length and closed.describe()["step_predictions"] == [record]
+    # A step the pool-usage check kept unborrowed is recorded but teaches no toggle cost,
+    # and the usage it closes with is what the next gate call reads.
+    usage = PoolUsage(borrowed=borrowed, dedicated_busy_share=0.4, borrowed_busy_share=0.1 if borrowed else None)
+    kept, _ = learning.close(EMPTY, now=start + length, borrowed=borrowed, number=7, usage=usage,
+                             teaches_toggle_cost=False)
+    assert kept.gate == learning.gate and kept.history == closed.history and kept.modes == closed.modes
+    assert kept.usage == usage and kept.describe()["gate"]["pool_usage"] == usage.to_dict()
 
 
 def test_history_is_bounded_and_mid_step_context_counts_elapsed_time():
