@@ -50,8 +50,10 @@ REGIMES: dict[str, tuple[str, dict[str, Any]]] = {
     "cache-friendly": ("swe-paper", {"rewrite_fraction": 0.0}),
     "compute-bound": ("swe-paper", {"env_latency_median_s": 0.05, "env_latency_p90_s": 0.5}),
 }
-# (regime, reserved GPUs, batch): 24 points; --quick runs QUICK_POINTS (CI-sized).
-FULL_POINTS = tuple((r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64))
+# (regime, reserved GPUs, batch): 28 points, batch 128 at 8 GPUs in each regime; --quick
+# runs QUICK_POINTS (CI-sized).
+FULL_POINTS = tuple((r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64)) + \
+    tuple((r, 8, 128) for r in REGIMES)
 QUICK_POINTS = tuple((r, g, 32) for r in ("swe-paper", "env-bound") for g in (4, 8))
 WITHIN = 0.02
 

@@ -97,14 +97,12 @@ def usage_guard(decision: GateDecision, usage: PoolUsage | None, thresholds: Usa
     if not decision.borrow or usage is None:
         return decision
     if usage.borrowed:
-        share, floor, who = usage.borrowed_busy_share, thresholds.min_borrowed_busy_share, \
-            "the borrowed workers were busy"
-        of = "of the time they were lent"
+        share, floor = usage.borrowed_busy_share, thresholds.min_borrowed_busy_share
+        what = "the borrowed workers were busy {:.0%} of the time they were lent"
     else:
-        share, floor, who = usage.dedicated_busy_share, thresholds.min_dedicated_busy_share, \
-            "the dedicated workers were busy"
-        of = "of the last step (unborrowed)"
+        share, floor = usage.dedicated_busy_share, thresholds.min_dedicated_busy_share
+        what = "the dedicated workers were busy {:.0%} of the last step (unborrowed)"
     if share is None or share >= floor:
         return decision
-    why = f"{who} {share:.0%} {of} (< {floor:.0%}): the step waits on trajectories, not on workers"
+    why = f"{what.format(share)} (< {floor:.0%}): the step waits on trajectories, not on workers"
     return replace(decision, borrow=False, overruled=why, reason=f"not borrowing: {why}; {decision.reason}")

@@ -16,7 +16,8 @@ def _result(tok_s: float, *, borrowing: bool = False, topology: str = "2C", pred
 
 
 def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
-    assert len(dq.FULL_POINTS) == 24 and {p[0] for p in dq.FULL_POINTS} == set(dq.REGIMES)
+    assert len(dq.FULL_POINTS) == 28 and {p[0] for p in dq.FULL_POINTS} == set(dq.REGIMES)
+    assert {p[2] for p in dq.FULL_POINTS} == {32, 64, 128}
     grid = dq.jobs_of((("env-bound", 8, 32),))
     assert len(grid) == 4 * 2 + 2  # colocated + 3 splits of 4 workers, borrowing on/off; 2 engines
     assert len({j.name for j in grid.values()}) == len(grid)

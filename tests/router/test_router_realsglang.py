@@ -67,7 +67,9 @@ async def test_colocated_streaming(real):
         events = await _sse(url + "/generate", {**body, "stream": True})
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
-    assert len(chunks) >= 3
+    # 12 tokens at stream_interval 2; SGLang's tokenizer manager merges the outputs that
+    # arrived since its last send, so a loaded host sees fewer, larger chunks (CI saw 2).
+    assert len(chunks) >= 2
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
     for prev, cur in zip(chunks, chunks[1:]):
         assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
