@@ -68,6 +68,13 @@ class PoolUsage:
     dedicated_busy_share: float | None
     borrowed_busy_share: float | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.borrowed, bool):
+            raise InvalidConfig(f"borrowed must be true or false, got {self.borrowed!r}", key="borrowed")
+        for name in ("dedicated_busy_share", "borrowed_busy_share"):
+            if getattr(self, name) is not None:
+                _share(getattr(self, name), name)
+
     def to_dict(self) -> dict[str, Any]:
         return {"borrowed": self.borrowed, "dedicated_busy_share": self.dedicated_busy_share,
                 "borrowed_busy_share": self.borrowed_busy_share}

@@ -196,12 +196,6 @@ def _number(value: Any, key: str) -> float:
     return float(value)
 
 
-def _share_or_none(value: Any, key: str) -> float | None:
-    if value is not None and _number(value, key) > 1:
-        raise InputError(key, f"must be a share in [0, 1] or null, got {value!r}")
-    return value
-
-
 def _gate(value: Any, profile: Profile) -> GateQuestion:
     g = _obj(value, "gate")
     keys = {"overlap_workers", "remaining", "toggle_cost_s", "pool_usage", "min_dedicated_busy_share",
@@ -221,13 +215,7 @@ def _gate(value: Any, profile: Profile) -> GateQuestion:
         extra = sorted(set(u) - {"borrowed", "dedicated_busy_share", "borrowed_busy_share"})
         if extra:
             raise InputError(f"gate.pool_usage.{extra[0]}", "unknown key")
-        if not isinstance(u.get("borrowed", False), bool):
-            raise InputError("gate.pool_usage.borrowed", "must be true or false")
-        usage = PoolUsage(borrowed=u.get("borrowed", False),
-                          dedicated_busy_share=_share_or_none(u.get("dedicated_busy_share"),
-                                                              "gate.pool_usage.dedicated_busy_share"),
-                          borrowed_busy_share=_share_or_none(u.get("borrowed_busy_share"),
-                                                             "gate.pool_usage.borrowed_busy_share"))
+        usage = _wrap("gate.pool_usage", PoolUsage, **{"borrowed": False, "dedicated_busy_share": None, **u})
     floors = {k: g[k] for k in ("min_dedicated_busy_share", "min_borrowed_busy_share") if k in g}
     return GateQuestion(overlap, remaining, _number(g.get("toggle_cost_s", INITIAL_TOGGLE_COST_S),
                                                     "gate.toggle_cost_s"),

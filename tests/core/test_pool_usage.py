@@ -97,3 +97,12 @@ def test_an_overruled_decision_says_why():
     g = usage_guard(BORROW, PoolUsage(borrowed=False, dedicated_busy_share=0.3), UsageThresholds())
     assert g.overruled and g.overruled in g.reason and g.to_dict()["overruled"] == g.overruled
     assert BORROW.overruled is None and BORROW.to_dict()["overruled"] is None
+
+
+@pytest.mark.parametrize("kw, key", [({"dedicated_busy_share": 1.2}, "dedicated_busy_share"),
+                                     ({"borrowed_busy_share": -0.1}, "borrowed_busy_share"),
+                                     ({"borrowed": "yes"}, "borrowed")])
+def test_usage_is_validated(kw, key):
+    with pytest.raises(InvalidConfig) as e:
+        PoolUsage(**{"borrowed": True, "dedicated_busy_share": 0.5, **kw})
+    assert e.value.key == key
