@@ -1,8 +1,14 @@
-"""Stragglers first (ablation): the same fixed colocated pool with and without the router's
+"""Stragglers first (ablation): the same colocated pool with and without the router's
 straggler mechanisms, side by side: rollout time over the latency floor, step and rollout
 throughput, and where the step's tail comes from.
 
-Variants (every one the same system, ``pearl-no-borrow`` on reserved GPUs, colocated):
+Two systems on the same reserved GPUs (``SYSTEMS``): ``pearl-no-borrow``, a fixed pool, and
+``pearl``, which borrows the 16 training GPUs (8 TP2 workers) through its gate once the
+trainer is idle, i.e. capacity that arrives mid-step, for the tail. Isolation needs such
+capacity: in a fixed pool every worker is as busy as the others and there is no less
+contended worker to move a straggler to.
+
+Variants (each on both systems):
 
 * ``off``: plain cost-aware placement, no priorities;
 * ``priority``: ``--straggler-priority`` (predicted stragglers' turns carry SGLang priority
@@ -35,6 +41,7 @@ from pearl_sglang.emulator.profile import load_profile
 from pearl_sglang.workload.swe import SweSampler
 
 NAME = "stragglers"
+SYSTEMS = ("pearl-no-borrow", "pearl")
 PRIORITY_ARGS = ("--enable-priority-scheduling",)
 # The share of each batch a carry-over step waits for: the examples' value (docs/adapter.md).
 CARRY_OVER_SHARE = 0.9
@@ -48,8 +55,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str) -> Job:
-    base = fixed.job(gpus=gpus, pd_mode="colocated", batch=batch, steps=steps, preset=preset)
+def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0]) -> Job:
+    base = fixed.job(gpus=gpus, pd_mode="colocated", batch=batch, steps=steps, preset=preset, system=system)
     name = base.name + ("" if variant == "off" else f"-{variant}")
     return Job(name, replace(base.config, **VARIANTS[variant]))
 
@@ -126,18 +133,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
     name = results_name(NAME, quick=args.quick, preset=args.preset)
-    grid = {(g, v): job(g, batch, v, steps=steps, preset=args.preset) for g in pools for v in variants}
+    grid = {(system, g, v): job(g, batch, v, steps=steps, preset=args.preset, system=system)
+            for system in SYSTEMS for g in pools for v in variants}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows, cells, costs = [], [], []
-    for g in pools:
-        off = results[grid[(g, "off")].name]
+    for system, g in ((system, g) for system in SYSTEMS for g in pools):
+        pool = f"{g} GPUs" + (" + borrowing" if system == "pearl" else "")
+        off = results[grid[(system, g, "off")].name]
         off_floor, off_tput = over_floor(off), off["summary"]["mean_throughput_tok_s"]
         for v in variants:
-            r = results[grid[(g, v)].name]
+            r = results[grid[(system, g, v)].name]
             of, tput = over_floor(r), r["summary"]["mean_throughput_tok_s"]
             cut = (off_floor - of) / (off_floor - 1.0) if off_floor > 1.0 else 0.0
             mech, busy, cost = tail_mechanism(r), busy_share(r), carry_cost(r)
-            cells.append({"gpus": g, "variant": v, "rollout_over_floor": of, "cut_of_distance_to_1": cut,
+            cells.append({"system": system, "gpus": g, "variant": v, "rollout_over_floor": of, "cut_of_distance_to_1": cut,
                           "tok_s": tput, "tok_s_vs_off": tput / off_tput,
                           "rollout_tok_s": r["summary"]["rollout_throughput_tok_s"],
                           "rollout_s": [s["rollout_s"] for s in r["steps"]], "tail": mech,
@@ -145,16 +154,17 @@ def main(argv: list[str] | None = None) -> int:
             last = "; ".join(f"{m['last']['trajectory']} {m['last']['contention']:.2f}x"
                              + (" (floor's slowest)" if m["last_is_floor_slowest"] else "") for m in mech)
             tail = "; ".join(f"{m['tail_contention']:.2f}x / {m['rest_contention']:.2f}x" for m in mech)
-            rows.append([f"{g} GPUs", v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
+            rows.append([pool, v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
                          "-" if v == "off" else f"{tput / off_tput:.3f}", f"{r['summary']['mean_step_s']:.0f}",
                          ", ".join(f"{s['rollout_s']:.0f}" for s in r["steps"][1:]),
                          ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail])
             if cost is not None:
                 stale = ", ".join(f"{k}: {share:.1%}" for k, share in cost["tokens_by_staleness"].items())
-                costs.append([f"{g} GPUs", v, ", ".join(map(str, cost["carried_in"])), stale,
+                costs.append([pool, v, ", ".join(map(str, cost["carried_in"])), stale,
                               f"{cost['thrown_away_tokens']} ({cost['thrown_away_share']:.1%})"])
-    md = (f"# Stragglers first (ablation)\n\nFixed colocated pools of reserved GPUs (TP2 workers, no borrowing), "
-          f"Qwen3-8B, batch {batch}, preset `{args.preset}`, {steps} steps (the first excluded). "
+    md = (f"# Stragglers first (ablation)\n\nColocated pools of reserved GPUs (TP2 workers): fixed "
+          f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
+          f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, preset `{args.preset}`, {steps} steps (the first excluded). "
           f"`cut`: the share of the distance from `off`'s rollout/floor to 1.0 that the variant removes "
           f"(the issue asks for at least a third, with no throughput loss). Contention: a trajectory's "
           f"time in requests over the same turns alone on an idle worker. `carry-over`'s rollout/floor has "
@@ -171,5 +181,6 @@ def main(argv: list[str] | None = None) -> int:
              f"and never trained (cut turns, generated again).\n\n"
              + md_table(["pool", "variant", "carried in (measured steps)", "tokens by versions behind",
                          "generated, never trained"], costs) if costs else ""))
-    write(name, {"preset": args.preset, "batch": batch, "steps": steps, "pools": pools, "cells": cells}, md)
+    write(name, {"preset": args.preset, "batch": batch, "steps": steps, "pools": pools, "systems": SYSTEMS,
+                 "cells": cells}, md)
     return 0

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from pearl_sglang.core.registered import RegistrationConfig
+from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.router.connections import ConnectionLimits
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
@@ -90,11 +91,11 @@ class RouterConfig:
     straggler_priority: bool = False
     # Once this share of the step's trajectories looks finished (the tail), place predicted
     # stragglers' turns on the least contended workers and keep other turns off theirs
-    # (core.straggler_isolation). Off by default.
+    # (core.straggler_isolation, where the defaults are justified). Off by default.
     straggler_isolation: bool = False
-    straggler_tail_share: float = 0.5
+    straggler_tail_share: float = IsolationConfig.tail_share
     # A straggler's second of delay over another request's own (the isolation cost term).
-    straggler_isolation_weight: float = 2.0
+    straggler_isolation_weight: float = IsolationConfig.weight
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -186,10 +187,10 @@ class RouterConfig:
         parser.add_argument("--straggler-isolation", action="store_true",
                             help="in the step's tail, place predicted stragglers' turns on the least "
                                  "contended workers and keep other turns off theirs")
-        parser.add_argument("--straggler-tail-share", type=float, default=0.5,
+        parser.add_argument("--straggler-tail-share", type=float, default=IsolationConfig.tail_share,
                             help="share of the step's trajectories that must look finished before "
                                  "--straggler-isolation applies")
-        parser.add_argument("--straggler-isolation-weight", type=float, default=2.0,
+        parser.add_argument("--straggler-isolation-weight", type=float, default=IsolationConfig.weight,
                             help="what a second of a straggler's delay costs, in seconds of another "
                                  "request's own time, when placing other turns")
         Limits.add_cli_args(parser)
