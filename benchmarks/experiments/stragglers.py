@@ -4,9 +4,9 @@ throughput, and where the step's tail comes from.
 
 Two systems on the same reserved GPUs (``SYSTEMS``): ``pearl-no-borrow``, a fixed pool, and
 ``pearl``, which borrows the 16 training GPUs (8 TP2 workers) through its gate once the
-trainer is idle, i.e. capacity that arrives mid-step, for the tail. Isolation needs such
-capacity: in a fixed pool every worker is as busy as the others and there is no less
-contended worker to move a straggler to.
+trainer is idle, i.e. capacity that arrives mid-step, for the tail. Isolation needs a
+worker with room to move a straggler to: borrowed workers, or a fixed pool that drains in
+the tail.
 
 Variants (each on both systems):
 
