@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role,  # noqa: E402
+from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode,  # noqa: E402
                                    SamplingParams, VirtualCluster, load_profile)
 
 
@@ -44,9 +44,9 @@ def run_inprocess(profile_name: str, workers: int, trajectories: int, turns: int
     cluster = VirtualCluster()
     if pd:
         n_p, n_d = (int(x) for x in pd.split(":"))
-        prefills = [cluster.add_engine(profile, EngineConfig(role=Role.PREFILL, bootstrap_port=20000 + i))
+        prefills = [cluster.add_engine(profile, EngineConfig(role=DisaggregationMode.PREFILL, bootstrap_port=20000 + i))
                     for i in range(n_p)]
-        decodes = [cluster.add_engine(profile, EngineConfig(role=Role.DECODE, bootstrap_port=21000 + i))
+        decodes = [cluster.add_engine(profile, EngineConfig(role=DisaggregationMode.DECODE, bootstrap_port=21000 + i))
                    for i in range(n_d)]
     else:
         colo = [cluster.add_engine(profile) for _ in range(workers)]

@@ -14,9 +14,9 @@ from .engine import Engine, EngineConfig  # noqa: E402
 from .pd import PDRegistry  # noqa: E402
 from .profile import PerformanceModel, load_profile  # noqa: E402
 from .request import (Bootstrap, FinishReason, GenerateRequest, OpResult,  # noqa: E402
-                      RequestHandle, RequestRejected, Role, SamplingParams)
+                      RequestHandle, RequestRejected, DisaggregationMode, SamplingParams)
 from .sim import VirtualCluster  # noqa: E402
 
 __all__ = ["Engine", "EngineConfig", "PDRegistry", "PerformanceModel", "load_profile", "Bootstrap",
            "FinishReason", "GenerateRequest", "OpResult", "RequestHandle", "RequestRejected",
-           "Role", "SamplingParams", "VirtualCluster"]
+           "DisaggregationMode", "SamplingParams", "VirtualCluster"]

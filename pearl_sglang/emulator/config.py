@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from .engine import EngineConfig
-from .request import Role
+from .request import DisaggregationMode
 
 IGNORED_VALUE_FLAGS = (
     "--device", "--load-format", "--dtype", "--disaggregation-decode-retraction-backup",
@@ -136,8 +136,8 @@ class EmulatorArgs:
         return args
 
     @property
-    def role(self) -> Role:
-        return Role(self.disaggregation_mode)
+    def role(self) -> DisaggregationMode:
+        return DisaggregationMode(self.disaggregation_mode)
 
     def engine_config(self, *, vocab_size: Optional[int], eos_token_id: Optional[int],
                       special_ids: frozenset[int], context_length: Optional[int],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from .request import OpResult, Role, Stage
+from .request import OpResult, DisaggregationMode, Stage
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -188,7 +188,7 @@ class ControlMixin:
                                          safe_to_restore=safe), on_done)
         if not self.config.pd_role_switch:
             return fail("PD role switch is disabled; launch with --enable-pd-role-switch")
-        if self.config.role == Role.NULL:
+        if self.config.role == DisaggregationMode.NULL:
             return fail("PD role switch requires a disaggregated (prefill/decode) instance")
         if self.config.transfer_backend not in ("mooncake", "mori"):
             return fail(f"PD role switch is not supported with transfer backend "
@@ -204,7 +204,7 @@ class ControlMixin:
             return fail("decode_cuda_graph_memory_gb is required before capturing decode graphs")
 
         def apply() -> OpResult:
-            self.role = Role(new_role)
+            self.role = DisaggregationMode(new_role)
             if new_role == "decode":
                 self._decode_graphs = True
             self.sched.cache.flush()

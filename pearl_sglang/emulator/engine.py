@@ -25,7 +25,7 @@ from .control import ControlMixin, Op
 from .pd_side import PDMixin
 from .prefix_cache import PrefixCache
 from .profile import PerformanceModel
-from .request import FinishReason, GenerateRequest, RequestHandle, RequestRejected, Role, Stage
+from .request import FinishReason, GenerateRequest, RequestHandle, RequestRejected, DisaggregationMode, Stage
 from .pd import KVSink, Rendezvous
 from .scheduler import Iteration, Req, Scheduler
 from .stats import Stats
@@ -36,7 +36,7 @@ from .transfer import SharedLink
 
 @dataclass(frozen=True)
 class EngineConfig:
-    role: Role = Role.NULL
+    role: DisaggregationMode = DisaggregationMode.NULL
     model_path: str = "emulated-model"
     weight_version: str = "default"
     max_total_tokens: Optional[int] = None
@@ -122,7 +122,7 @@ class Engine(ControlMixin, PDMixin):
         self._sinks: dict[int, KVSink] = {}
         self._prealloc: deque[Req] = deque()
         self._await_kv: dict[str, Req] = {}
-        self._decode_graphs = config.role == Role.DECODE
+        self._decode_graphs = config.role == DisaggregationMode.DECODE
         self.stats = Stats()
         self._bound = False
         self._rebind()
@@ -321,16 +321,16 @@ class Engine(ControlMixin, PDMixin):
         if n >= self.sched.capacity - 1:
             raise RequestRejected(f"input of {n} tokens exceeds the KV capacity "
                                   f"({self.sched.capacity} tokens)")
-        if self.role != Role.NULL and self.config.transfer_backend != "fake":
+        if self.role != DisaggregationMode.NULL and self.config.transfer_backend != "fake":
             b = req.bootstrap
             if b is None or (b.room is None and not b.fake):
                 raise RequestRejected("Disaggregated request received without bootstrap room id")
 
     def _admit(self, r: Req) -> None:
         b = r.req.bootstrap
-        if self.role == Role.NULL:
+        if self.role == DisaggregationMode.NULL:
             self._to_waiting(r)
-        elif self.role == Role.PREFILL:
+        elif self.role == DisaggregationMode.PREFILL:
             r.pd_prefill = True
             r.room = b.room if b is not None else None
             if b is None or b.fake or r.room in self._sinks:
@@ -356,7 +356,7 @@ class Engine(ControlMixin, PDMixin):
         h = r.handle
         if r.stage in (Stage.RUNNING, Stage.PREFILLING, Stage.WAITING):
             self.sched.detach(r)
-        insert = reason.type != "abort" and self.role != Role.DECODE and r.stage != Stage.AWAIT_KV
+        insert = reason.type != "abort" and self.role != DisaggregationMode.DECODE and r.stage != Stage.AWAIT_KV
         self.sched.release(r, insert=insert, prompt_only=r.pd_prefill)
         r.timer = None
         r.stage = h.stage = Stage.FINISHED
@@ -434,8 +434,8 @@ class Engine(ControlMixin, PDMixin):
 
     def _rebind(self) -> None:
         rv, c = self.rendezvous, self.config
-        want = rv is not None and self.role != Role.NULL and (
-            self.role == Role.PREFILL or c.pd_role_switch)
+        want = rv is not None and self.role != DisaggregationMode.NULL and (
+            self.role == DisaggregationMode.PREFILL or c.pd_role_switch)
         if want and not self._bound:
             rv.bind(c.bootstrap_host, c.bootstrap_port, self)
         elif not want and self._bound and rv is not None:

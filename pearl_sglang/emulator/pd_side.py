@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .request import FinishReason, KVPayload, Role, Stage
+from .request import FinishReason, KVPayload, DisaggregationMode, Stage
 from .scheduler import Req
 from .tokens import extend_hash, fake_first_token
 
@@ -38,7 +38,7 @@ class PDMixin:
     def accept_decode(self: "Engine", room: int, sink: KVSink) -> None:
         """A decode connected for ``room`` (called by the rendezvous)."""
         def run() -> None:
-            if self.role != Role.PREFILL:
+            if self.role != DisaggregationMode.PREFILL:
                 sink.kv_failed(f"bootstrap server of a {self.role.value} instance has no KV")
                 return
             self._sinks[room] = sink

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 
-class Role(str, enum.Enum):
+class DisaggregationMode(str, enum.Enum):
+    """SGLang's ``--disaggregation-mode`` of one engine (not PEARL's view of a worker,
+    ``core.state.Role``, which also knows training and colocated workers)."""
+
     NULL = "null"  # colocated
     PREFILL = "prefill"
     DECODE = "decode"

@@ -20,7 +20,7 @@ from .codec import ModelMeta, TextCodec
 from .config import EmulatorArgs
 from .engine import Engine
 from .profile import PerformanceModel, load_profile
-from .request import Role
+from .request import DisaggregationMode
 
 
 def loop_clock() -> Callable[[], float]:
@@ -183,7 +183,8 @@ def _on_virtual_time() -> bool:
 
 
 def serves_bootstrap(args: EmulatorArgs) -> bool:
-    return args.role == Role.PREFILL or (args.role != Role.NULL and args.enable_pd_role_switch)
+    return args.role == DisaggregationMode.PREFILL or (
+        args.role != DisaggregationMode.NULL and args.enable_pd_role_switch)
 
 
 def create_app(worker: Worker) -> web.Application:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role, SamplingParams,
+from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode, SamplingParams,
                                    VirtualCluster, load_profile)
 
 Q8 = load_profile("qwen3-8b-h800-tp2")
@@ -49,8 +49,8 @@ def test_prefill_throughput_matches_closed_form(tokens: int) -> None:
 
 def test_kv_transfer_of_16k_context_matches_closed_form() -> None:
     c = VirtualCluster()
-    p = c.add_engine(Q8, EngineConfig(role=Role.PREFILL, bootstrap_port=1))
-    d = c.add_engine(Q8, EngineConfig(role=Role.DECODE, bootstrap_port=2))
+    p = c.add_engine(Q8, EngineConfig(role=DisaggregationMode.PREFILL, bootstrap_port=1))
+    d = c.add_engine(Q8, EngineConfig(role=DisaggregationMode.DECODE, bootstrap_port=2))
     r = GenerateRequest("kv", prompt(3, 16384), SamplingParams(max_new_tokens=4, ignore_eos=True),
                         bootstrap=Bootstrap("127.0.0.1", 1, 77))
     hd, hp = d.submit(r), p.submit(r)

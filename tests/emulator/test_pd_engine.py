@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role, SamplingParams,
+from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode, SamplingParams,
                                    VirtualCluster, load_profile)
 from pearl_sglang.emulator.request import OpResult, RequestRejected, Stage
 
@@ -12,8 +12,8 @@ PROMPT = tuple(range(300, 1300))
 
 
 def pd_pair(c: VirtualCluster, **kw):
-    p = c.add_engine(TINY, EngineConfig(role=Role.PREFILL, bootstrap_port=9100, **kw))
-    d = c.add_engine(TINY, EngineConfig(role=Role.DECODE, bootstrap_port=9101, **kw))
+    p = c.add_engine(TINY, EngineConfig(role=DisaggregationMode.PREFILL, bootstrap_port=9100, **kw))
+    d = c.add_engine(TINY, EngineConfig(role=DisaggregationMode.DECODE, bootstrap_port=9101, **kw))
     return p, d
 
 
@@ -125,7 +125,7 @@ def test_role_switch_rules_and_swap() -> None:
     d.switch_role("prefill", on_done=got.append)
     p.switch_role("decode", on_done=got.append)  # still switching: not idle? it is idle; same role later
     c.run()
-    assert p.role == Role.DECODE and d.role == Role.PREFILL
+    assert p.role == DisaggregationMode.DECODE and d.role == DisaggregationMode.PREFILL
     assert got[-3].as_dict() == {"old_role": "prefill", "new_role": "decode", "safe_to_restore": True}
     r2 = pd_req("after", 10, port=9101)
     hd, hp = p.submit(r2), d.submit(r2)

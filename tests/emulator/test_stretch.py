@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, Role, SamplingParams, VirtualCluster,
-                                   load_profile)
+from pearl_sglang.emulator import (Bootstrap, DisaggregationMode, EngineConfig, GenerateRequest, SamplingParams,
+                                   VirtualCluster, load_profile)
 from pearl_sglang.emulator.stretch import draw_batch
 from pearl_sglang.emulator.tokens import BASE, MASK, TokenSpace, draw
 
@@ -53,8 +53,8 @@ def scenario(stretches: bool) -> tuple[dict, int]:
 
     tight = engine(TINY, max_total_tokens=1800, max_running_requests=6)  # KV pressure, full queue
     chatty = engine(CHATTY)
-    prefill = engine(TINY, role=Role.PREFILL, bootstrap_port=9200, pd_timeout_s=3.0)
-    decode = engine(TINY, role=Role.DECODE, bootstrap_port=9201)
+    prefill = engine(TINY, role=DisaggregationMode.PREFILL, bootstrap_port=9200, pd_timeout_s=3.0)
+    decode = engine(TINY, role=DisaggregationMode.DECODE, bootstrap_port=9201)
     handles, streams, loads = {}, {}, []
 
     def submit(e, rid: str, prompt, *, stream: int = 0, **sampling) -> None:
