@@ -113,7 +113,7 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     from benchmarks.experiments import stragglers
 
     [(name, _, jobs)] = runner.plan_jobs(stragglers.main, ["--quick"])
-    assert name == "stragglers-quick" and len(jobs) == 2 * len(stragglers.VARIANTS)
+    assert name == "stragglers-quick" and len(jobs) == len(stragglers.SYSTEMS) * 2 * len(stragglers.VARIANTS)
     by_name = {j.name: j.config for j in jobs}
     off, both = by_name["pearl-no-borrow-g8-colocated-b32-s2"], by_name["pearl-no-borrow-g8-colocated-b32-s2-both"]
     assert off.router == {} and off.engine_args == ()
@@ -124,6 +124,9 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     carry = by_name["pearl-no-borrow-g8-colocated-b32-s2-carry-over"]
     assert carry.carry_over_share == stragglers.CARRY_OVER_SHARE and off.carry_over_share is None
     assert replace(carry, carry_over_share=None) == off
+    # PEARL with borrowing runs the same variants on the same pools; only the system differs.
+    assert stragglers.SYSTEMS == ("pearl-no-borrow", "pearl")
+    assert replace(by_name["pearl-g8-colocated-b32-s2-both"], system="pearl-no-borrow") == both
     [(_, _, some)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carry-over"])
     assert sorted(j.name for j in some) == sorted(n for n in by_name if n.endswith(("-s2", "-carry-over")))
     with pytest.raises(SystemExit):
