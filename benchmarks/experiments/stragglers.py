@@ -30,6 +30,7 @@ trajectories the router could have known to be slowest (the floor's slowest).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +42,9 @@ from pearl_sglang.emulator.profile import load_profile
 from pearl_sglang.workload.swe import SweSampler
 
 NAME = "stragglers"
-SYSTEMS = ("pearl-no-borrow", "pearl")
+# System -> what the table adds to the pool's name.
+SYSTEM_LABELS = {"pearl-no-borrow": "", "pearl": " + borrowing"}
+SYSTEMS = tuple(SYSTEM_LABELS)
 PRIORITY_ARGS = ("--enable-priority-scheduling",)
 # The share of each batch a carry-over step waits for: the examples' value (docs/adapter.md).
 CARRY_OVER_SHARE = 0.9
@@ -134,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
     name = results_name(NAME, quick=args.quick, preset=args.preset)
     grid = {(system, g, v): job(g, batch, v, steps=steps, preset=args.preset, system=system)
-            for system in SYSTEMS for g in pools for v in variants}
+            for system, g, v in itertools.product(SYSTEMS, pools, variants)}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows, cells, costs = [], [], []
-    for system, g in ((system, g) for system in SYSTEMS for g in pools):
-        pool = f"{g} GPUs" + (" + borrowing" if system == "pearl" else "")
+    for system, g in itertools.product(SYSTEMS, pools):
+        pool = f"{g} GPUs{SYSTEM_LABELS[system]}"
         off = results[grid[(system, g, "off")].name]
         off_floor, off_tput = over_floor(off), off["summary"]["mean_throughput_tok_s"]
         for v in variants:
@@ -146,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             of, tput = over_floor(r), r["summary"]["mean_throughput_tok_s"]
             cut = (off_floor - of) / (off_floor - 1.0) if off_floor > 1.0 else 0.0
             mech, busy, cost = tail_mechanism(r), busy_share(r), carry_cost(r)
-            cells.append({"system": system, "gpus": g, "variant": v, "rollout_over_floor": of, "cut_of_distance_to_1": cut,
-                          "tok_s": tput, "tok_s_vs_off": tput / off_tput,
+            cells.append({"system": system, "gpus": g, "variant": v, "rollout_over_floor": of,
+                          "cut_of_distance_to_1": cut, "tok_s": tput, "tok_s_vs_off": tput / off_tput,
                           "rollout_tok_s": r["summary"]["rollout_throughput_tok_s"],
                           "rollout_s": [s["rollout_s"] for s in r["steps"]], "tail": mech,
                           "mean_step_s": r["summary"]["mean_step_s"], "busy_share": busy, "carry_cost": cost})
@@ -164,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{cost['thrown_away_tokens']} ({cost['thrown_away_share']:.1%})"])
     md = (f"# Stragglers first (ablation)\n\nColocated pools of reserved GPUs (TP2 workers): fixed "
           f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
-          f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, preset `{args.preset}`, {steps} steps (the first excluded). "
+          f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, "
+          f"preset `{args.preset}`, {steps} steps (the first excluded). "
           f"`cut`: the share of the distance from `off`'s rollout/floor to 1.0 that the variant removes "
           f"(the issue asks for at least a third, with no throughput loss). Contention: a trajectory's "
           f"time in requests over the same turns alone on an idle worker. `carry-over`'s rollout/floor has "

@@ -13,10 +13,10 @@ __version__ = "0.1.0"
 from .engine import Engine, EngineConfig  # noqa: E402
 from .pd import PDRegistry  # noqa: E402
 from .profile import PerformanceModel, load_profile  # noqa: E402
-from .request import (Bootstrap, FinishReason, GenerateRequest, OpResult,  # noqa: E402
-                      RequestHandle, RequestRejected, DisaggregationMode, SamplingParams)
+from .request import (Bootstrap, DisaggregationMode, FinishReason, GenerateRequest, OpResult,  # noqa: E402
+                      RequestHandle, RequestRejected, SamplingParams)
 from .sim import VirtualCluster  # noqa: E402
 
 __all__ = ["Engine", "EngineConfig", "PDRegistry", "PerformanceModel", "load_profile", "Bootstrap",
-           "FinishReason", "GenerateRequest", "OpResult", "RequestHandle", "RequestRejected",
-           "DisaggregationMode", "SamplingParams", "VirtualCluster"]
+           "DisaggregationMode", "FinishReason", "GenerateRequest", "OpResult", "RequestHandle",
+           "RequestRejected", "SamplingParams", "VirtualCluster"]

@@ -25,7 +25,7 @@ from .control import ControlMixin, Op
 from .pd_side import PDMixin
 from .prefix_cache import PrefixCache
 from .profile import PerformanceModel
-from .request import FinishReason, GenerateRequest, RequestHandle, RequestRejected, DisaggregationMode, Stage
+from .request import DisaggregationMode, FinishReason, GenerateRequest, RequestHandle, RequestRejected, Stage
 from .pd import KVSink, Rendezvous
 from .scheduler import Iteration, Req, Scheduler
 from .stats import Stats
