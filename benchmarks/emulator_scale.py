@@ -29,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.harness.virtual_cluster import VirtualCluster  # noqa: E402
 from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode,  # noqa: E402
-                                   SamplingParams, VirtualCluster, load_profile)
+                                   SamplingParams, load_profile)
 
 
 def run_inprocess(profile_name: str, workers: int, trajectories: int, turns: int,

@@ -59,7 +59,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 STACK_DIR = REPO / ".sglang-cpu"
 
-from pearl_sglang.control.processes import SglangCpuStack  # noqa: E402
+from benchmarks.harness.servers import SglangCpuStack  # noqa: E402
 from pearl_sglang.emulator import server as emu  # noqa: E402
 from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
 from pearl_sglang.router.utilization import busiest_over_mean  # noqa: E402

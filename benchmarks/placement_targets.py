@@ -20,7 +20,8 @@ from pathlib import Path
 
 import aiohttp
 
-from pearl_sglang.control.processes import SglangCpuStack, free_port
+from benchmarks.harness.servers import SglangCpuStack
+from pearl_sglang.control.processes import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_TOKEN = "placement-bench"

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pearl_sglang.control.cluster_config import ClusterConfig  # noqa: E402
 from pearl_sglang.core.presets import qwen3_8b_tp2  # noqa: E402
 from pearl_sglang.emulator.profile import load_profile  # noqa: E402
-from pearl_sglang.testing.cluster import running_cluster  # noqa: E402
+from benchmarks.harness.cluster import running_cluster  # noqa: E402
 
 PAPER = {  # Table 3, seconds: (Qwen3-8B, Qwen3-30B-A3B)
     "inter_scale/preparation": (56.29, 67.06), "inter_scale/finalization": (11.05, 17.89),

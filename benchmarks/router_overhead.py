@@ -325,7 +325,7 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
 def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerProcess]) -> list[Target]:
     py = sys.executable
     model_dir = log_dir / "model"
-    from pearl_sglang.testing.tiny_model import TinyModelSpec, write_tiny_model
+    from benchmarks.harness.tiny_model import TinyModelSpec, write_tiny_model
     write_tiny_model(model_dir, TinyModelSpec(arch="qwen2", max_position_embeddings=65536))
     env = {"PYTHONPATH": str(REPO)}
 

@@ -29,7 +29,7 @@ import httpx  # noqa: E402
 from pearl_sglang.control.cluster_config import ClusterConfig  # noqa: E402
 from pearl_sglang.core.state import Activity, Zone  # noqa: E402
 from pearl_sglang.router.state import ROUTER  # noqa: E402
-from pearl_sglang.testing.cluster import TINY_PROFILE, running_cluster  # noqa: E402
+from benchmarks.harness.cluster import TINY_PROFILE, running_cluster  # noqa: E402
 
 
 @dataclass
@@ -152,7 +152,7 @@ async def run(n_events: int, n_requests: int, seed: int, time_scale: float) -> C
 
 
 async def exact_sample(outcomes: list, counts: Counts, model: Path, rng: random.Random, sample: int = 300) -> None:
-    from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+    from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
     from pearl_sglang.control.launchers import LaunchSpec
     from pearl_sglang.core.state import Role
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pearl_sglang.testing.tiny_model import TinyModelSpec, write_tiny_model, write_weight_variant
+from benchmarks.harness.tiny_model import TinyModelSpec, write_tiny_model, write_weight_variant
 from tests.support.workers import PdPair, Worker, WorkerLauncher, start_worker_set
 
 WORKER_KINDS = ("sglang", "emulator")

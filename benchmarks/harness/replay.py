@@ -7,7 +7,7 @@ engine, planner, orchestrator, executors, borrowing gate), the RL driver
 over loopback HTTP.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
-workers in-process (``emulator.direct``; ``--worker-transport http`` sends them over
+workers in-process (``benchmarks.harness.in_process_transport``; ``--worker-transport http`` sends them over
 loopback HTTP too, for ~1.3x the CPU and the same results); its control calls use HTTP.
 
     .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
@@ -49,8 +49,8 @@ from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
-from pearl_sglang.emulator.direct import InProcessTransport
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.in_process_transport import InProcessTransport
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.server import Worker
 from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security

@@ -68,6 +68,61 @@ class Stepper(Protocol):
     def step(self) -> None: ...
 
 
+class StepperQueue:
+    """Discrete-event components in the order of their next events: the one virtual-time
+    driver under both ``VirtualTimeLoop`` (between asyncio's timers) and the harness's
+    synchronous ``VirtualCluster`` (between its own). Each stepper's next time is kept until
+    it steps or is marked ``changed``; ties go to the stepper added first."""
+
+    def __init__(self) -> None:
+        self._next: dict[Stepper, float] = {}  # stepper -> its next time as last asked
+        self._stale: set[Stepper] = set()      # steppers to ask again
+
+    def __bool__(self) -> bool:
+        return bool(self._next)
+
+    def add(self, stepper: Stepper) -> None:
+        self._next[stepper] = _NEVER
+        self._stale.add(stepper)
+
+    def remove(self, stepper: Stepper) -> None:
+        self._next.pop(stepper, None)
+        self._stale.discard(stepper)
+
+    def changed(self, stepper: Stepper) -> None:
+        """``stepper``'s next time may have moved: ask it again before the next choice."""
+        if stepper in self._next:
+            self._stale.add(stepper)
+
+    def run_due(self, limit: float, at: Callable[[float], None], done: Callable[[], bool]) -> bool:
+        """Run the events due before ``limit``, earliest first, calling ``at(t)`` before each
+        (the driver moves its clock to ``t``); True as soon as ``done()`` after one, False
+        when none is left before ``limit``. A stepper stuck at one time is a bug."""
+        due, stale = self._next, self._stale
+        last: tuple[Any, float] = (None, _NEVER)
+        repeats = 0
+        while True:
+            while stale:
+                s = stale.pop()
+                t = s.next_time()
+                due[s] = _NEVER if t is None else t
+            if not due:
+                return False
+            best = min(due, key=due.__getitem__)
+            best_t = due[best]
+            if best_t >= limit:
+                return False
+            repeats = repeats + 1 if (best, best_t) == last else 0
+            if repeats > 1000:
+                raise RuntimeError(f"stepper {best!r} makes no progress at {best_t}")
+            last = (best, best_t)
+            at(best_t)
+            stale.add(best)
+            best.step()
+            if done():
+                return True
+
+
 class _VirtualSelector(selectors.BaseSelector):
     """Delegates to the default selector; ``select`` never sleeps while a timer is pending."""
 
@@ -129,8 +184,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, start: float = 0.0) -> None:
         self._vnow = float(start)
         self._executor_jobs = 0
-        self._steppers: dict[Stepper, float] = {}  # stepper -> its next time as last asked
-        self._stale: set[Stepper] = set()          # steppers to ask again
+        self._steppers = StepperQueue()
         self.stats = LoopStats()
         super().__init__(selector=_VirtualSelector(self))
 
@@ -148,49 +202,30 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             self.stats.jumped_s += target - self._vnow
             self._vnow = target
 
-    def add_stepper(self, stepper: "Stepper") -> None:
-        self._steppers[stepper] = _NEVER
-        self._stale.add(stepper)
+    def add_stepper(self, stepper: Stepper) -> None:
+        self._steppers.add(stepper)
 
-    def remove_stepper(self, stepper: "Stepper") -> None:
-        self._steppers.pop(stepper, None)
-        self._stale.discard(stepper)
+    def remove_stepper(self, stepper: Stepper) -> None:
+        self._steppers.remove(stepper)
 
-    def stepper_changed(self, stepper: "Stepper") -> None:
+    def stepper_changed(self, stepper: Stepper) -> None:
         """``stepper``'s next time may have moved: ask it again before the next jump."""
-        if stepper in self._steppers:
-            self._stale.add(stepper)
+        self._steppers.changed(stepper)
 
     def _run_steppers(self, timer_at: Optional[float]) -> bool:
         """Run stepper events due before the next timer (at ``timer_at``; None: no timer),
         earliest first; True as soon as one made a callback ready."""
-        due = self._steppers
-        if not due:
+        if not self._steppers:
             return False
-        stale = self._stale
-        limit = _NEVER if timer_at is None else timer_at
-        last: tuple[Any, float] = (None, _NEVER)
-        repeats = 0
-        while True:
-            while stale:
-                s = stale.pop()
-                t = s.next_time()
-                due[s] = _NEVER if t is None else t
-            best = min(due, key=due.__getitem__)
-            best_t = due[best]
-            if best_t >= limit:
-                return False
-            repeats = repeats + 1 if (best, best_t) == last else 0
-            if repeats > 1000:
-                raise RuntimeError(f"stepper {best!r} makes no progress at {best_t}")
-            last = (best, best_t)
-            if best_t > self._vnow:
-                self._vnow = best_t
-            self.stats.steps += 1
-            stale.add(best)
-            best.step()
-            if self._ready:
-                return True
+        return self._steppers.run_due(_NEVER if timer_at is None else timer_at, self._step_at, self._has_ready)
+
+    def _step_at(self, t: float) -> None:
+        if t > self._vnow:
+            self._vnow = t
+        self.stats.steps += 1
+
+    def _has_ready(self) -> bool:
+        return bool(self._ready)
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by hand (tests); timers due by then fire next."""

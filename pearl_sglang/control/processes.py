@@ -1,13 +1,12 @@
 """Start and stop SGLang-protocol servers (real SGLang or the emulator) as processes.
 
-Used by the test lane and benchmarks. Each server runs in its own process group with a
-parent-death signal, so a crashed or interrupted test run does not leave servers behind,
-and ``stop`` ends the whole group (SGLang's scheduler and detokenizer included) by PID.
+Used by the local launcher, the demo, the tests and the benchmarks. Each server runs in
+its own process group with a parent-death signal, so a crashed or interrupted run does not
+leave servers behind, and ``stop`` ends the whole group (SGLang's scheduler and detokenizer included) by PID.
 """
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import random
 import signal
@@ -18,8 +17,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
-
-from pearl_sglang.clock import WallClock
 
 _PR_SET_PDEATHSIG = 1
 
@@ -197,38 +194,3 @@ class ServerProcess:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def wait_all_healthy(servers: Sequence[ServerProcess], timeout: float, *, clock: WallClock | None = None) -> None:
-    """Poll every server until healthy; raise with the log of the first that failed. Runs
-    outside the event loop (in a thread), so it waits by blocking on ``clock``."""
-    clock = clock or WallClock()
-    deadline = clock.now() + timeout
-    pending = list(servers)
-    while pending:
-        for server in list(pending):
-            if not server.alive():
-                raise ServerStartError(f"{server.spec.name} exited during start:\n{server.log_tail()}")
-            if server.healthy():
-                pending.remove(server)
-        if pending and clock.now() > deadline:
-            names = ", ".join(s.spec.name for s in pending)
-            raise ServerStartError(f"not healthy after {timeout:.0f}s: {names}\n{pending[0].log_tail()}")
-        if pending:
-            clock.block(0.5)
-
-
-@dataclass(frozen=True)
-class SglangCpuStack:
-    """The real-SGLang CPU stack made by scripts/setup_sglang_cpu.sh."""
-
-    python: str
-    env: Mapping[str, str]
-
-    @classmethod
-    def load(cls, root: Path) -> "SglangCpuStack":
-        data = json.loads((root / "env.json").read_text())
-        return cls(python=data["python"], env=data["env"])
-
-    def launch_argv(self, args: Sequence[str]) -> list[str]:
-        return [self.python, "-m", "sglang.launch_server", *args]

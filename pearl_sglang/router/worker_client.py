@@ -6,7 +6,7 @@ without answering (SGLang's scheduler can crash) loses nothing already generated
 
 The dispatcher reaches workers through a ``WorkerTransport``: ``HttpTransport`` for real
 servers; the benchmark harness plugs in emulated workers that run in its own process
-(``pearl_sglang.emulator.direct``).
+(``benchmarks.harness.in_process_transport``).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import asyncio
 import httpx
 
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.testing.cluster import running_cluster
+from benchmarks.harness.cluster import running_cluster
 from tests.adapter import framework_calls as fc
 from tests.adapter.test_framework_calls import Replay, _gen, _running
 from tests.control.conftest import cluster_config

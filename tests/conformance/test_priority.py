@@ -13,7 +13,7 @@ import pytest
 from tests.conformance.test_control import Background, wait_running
 from tests.support.http import get, post
 from tests.support.workers import START_TIMEOUT_S, Worker, WorkerLauncher
-from pearl_sglang.control.processes import wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
 from pearl_sglang.core.state import Role
 from tests.conftest import WORKER_KINDS
 

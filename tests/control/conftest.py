@@ -1,11 +1,11 @@
-"""Emulated clusters under the real control plane (see pearl_sglang/testing/cluster.py)."""
+"""Emulated clusters under the real control plane (see benchmarks/harness/cluster.py)."""
 from __future__ import annotations
 
 import contextlib
 
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.testing import cluster as _cluster
-from pearl_sglang.testing.cluster import TINY_PROFILE
+from benchmarks.harness import cluster as _cluster
+from benchmarks.harness.cluster import TINY_PROFILE
 
 TOKEN = "control-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

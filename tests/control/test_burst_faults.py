@@ -16,7 +16,7 @@ import pytest
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
 from pearl_sglang.control.processes import PortPool
 from pearl_sglang.core.state import Activity, OverlapOwner
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port, group_alive
-from pearl_sglang.testing.tiny_model import write_tiny_model
+from benchmarks.harness.tiny_model import write_tiny_model
 from tests.control.conftest import PROFILE
 
 pytestmark = pytest.mark.timeout(240)

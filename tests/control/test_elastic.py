@@ -11,7 +11,7 @@ import pytest
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.core.state import Activity, Role
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from tests.control.conftest import cluster_config, running_cluster
 from tests.support.emulated import emulator
 

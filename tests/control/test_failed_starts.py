@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.core.state import Role
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until

@@ -9,7 +9,7 @@ import pytest
 
 from pearl_sglang.control.cluster_config import ConfigError
 from pearl_sglang.core.state import Activity, Zone
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from tests.control.conftest import cluster_config, running_cluster
 
 

@@ -15,8 +15,8 @@ import pytest
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchSpec
 from pearl_sglang.core.state import Activity, Role
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
-from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.control.conftest import cluster_config, running_cluster
 from tests.control.test_elastic import reference
 

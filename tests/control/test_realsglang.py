@@ -13,7 +13,8 @@ import pytest
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.launchers import LocalLauncher
-from pearl_sglang.control.processes import SglangCpuStack, free_port
+from benchmarks.harness.servers import SglangCpuStack
+from pearl_sglang.control.processes import free_port
 from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.dispatch import DispatchConfig

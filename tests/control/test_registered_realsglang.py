@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.control.processes import free_port, wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
+from pearl_sglang.control.processes import free_port
 from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER

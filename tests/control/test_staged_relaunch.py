@@ -14,7 +14,7 @@ import pytest
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec
 from pearl_sglang.core.state import Activity, Role
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.dispatch import DispatchConfig
 from tests.control.conftest import cluster_config, running_cluster

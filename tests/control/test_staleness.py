@@ -14,7 +14,7 @@ from pearl_sglang.control.cluster_config import ConfigError
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchSpec
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord, Zone
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.request import OpResult
 from pearl_sglang.core.placement import WorkerLoad
 from pearl_sglang.router.selection import NoRoute, Selector

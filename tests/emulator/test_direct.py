@@ -9,8 +9,8 @@ import pytest
 
 from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchSpec
-from pearl_sglang.emulator.direct import InProcessTransport
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.in_process_transport import InProcessTransport
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.errors import WorkerRejected, WorkerUnavailable
 from pearl_sglang.router.worker_client import HttpTransport, Timeouts

@@ -1,8 +1,8 @@
 """The in-process engine on virtual time: generation semantics and control operations."""
 from __future__ import annotations
 
-from pearl_sglang.emulator import (EngineConfig, GenerateRequest, SamplingParams, VirtualCluster,
-                                   load_profile)
+from benchmarks.harness.virtual_cluster import VirtualCluster
+from pearl_sglang.emulator import EngineConfig, GenerateRequest, SamplingParams, load_profile
 from pearl_sglang.emulator.request import OpResult, RequestRejected, Stage
 
 TINY = load_profile("tiny")

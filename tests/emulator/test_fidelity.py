@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.harness.virtual_cluster import VirtualCluster
 from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode, SamplingParams,
-                                   VirtualCluster, load_profile)
+                                   load_profile)
 
 Q8 = load_profile("qwen3-8b-h800-tp2")
 Q30 = load_profile("qwen3-30b-a3b-h800-tp2")

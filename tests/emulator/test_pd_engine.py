@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.harness.virtual_cluster import VirtualCluster
 from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode, SamplingParams,
-                                   VirtualCluster, load_profile)
+                                   load_profile)
 from pearl_sglang.emulator.request import OpResult, RequestRejected, Stage
 
 TINY = load_profile("tiny")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
+from benchmarks.harness.virtual_cluster import VirtualCluster
 from pearl_sglang.emulator import (Bootstrap, DisaggregationMode, EngineConfig, GenerateRequest, SamplingParams,
-                                   VirtualCluster, load_profile)
+                                   load_profile)
 from pearl_sglang.emulator.stretch import draw_batch
 from pearl_sglang.emulator.tokens import BASE, MASK, TokenSpace, draw
 

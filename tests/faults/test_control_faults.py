@@ -14,10 +14,10 @@ import pytest
 
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchSpec
 from pearl_sglang.core.state import Activity
-from pearl_sglang.emulator.launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.request import OpResult
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 from tests.support.emulated import emulator

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.faults.support import (
     assert_continuous, collect_sse, fault_config, long_body, reference,
 )

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from pearl_sglang.control.processes import wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER
 from tests.faults.support import collect_sse, fault_config, until

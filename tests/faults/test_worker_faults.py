@@ -9,10 +9,11 @@ import asyncio
 import httpx
 import pytest
 
-from pearl_sglang.control.processes import free_port, wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
+from pearl_sglang.control.processes import free_port
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.testing.fault_proxy import Fault, FaultProxy
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.faults.support import assert_continuous, collect_sse, fault_config, long_body, reference
 from tests.router.conftest import running_router
 from tests.support.emulated import emulator

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from pearl_sglang.control.processes import wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
 from pearl_sglang.core.state import Role
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.stall import DEFAULT_STALL_S, stall_bound_s

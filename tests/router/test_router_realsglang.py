@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from pearl_sglang.core.state import Role
-from pearl_sglang.control.processes import wait_all_healthy
+from benchmarks.harness.servers import wait_all_healthy
 from tests.router.conftest import running_router
 from tests.support.workers import WorkerLauncher
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pearl_sglang.control.processes import SglangCpuStack, free_port
+from benchmarks.harness.servers import SglangCpuStack
+from pearl_sglang.control.processes import free_port
 from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.router.config import RouterConfig, Security
 from tests.router.conftest import running_router

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from pearl_sglang.core.state import Role
 from pearl_sglang.engine.launch_args import EngineArgs, server_args
-from pearl_sglang.control.processes import (
-    ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
-)
+from benchmarks.harness.servers import SglangCpuStack, wait_all_healthy
+from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STACK_DIR = REPO / ".sglang-cpu"

@@ -7,6 +7,11 @@
 * The control plane and the router do not import each other: the control plane reaches
   the data path through its ``DataPlane`` port, the router reads the control plane through
   ``ControlView``, and ``server`` composes the two.
+* The emulator is a worker: it meets PEARL only over the worker protocol (HTTP), so it
+  imports none of ``router``, ``control``, ``server`` or ``core``; what connects it to them
+  in one process (the in-process transport, the emulator launcher) is harness.
+* Harnesses live outside the product: nothing in ``pearl_sglang`` imports ``benchmarks``
+  or ``tests``.
 * The shells take the clock: ``router``, ``control`` and ``server`` never import ``time``;
   they read time and sleep through an injected ``pearl_sglang.clock.Clock`` (or the event
   loop's, which a trace replay makes virtual).
@@ -28,6 +33,8 @@ CORE_MAY_IMPORT = frozenset({
 })
 NEVER_EACH_OTHER = ("control", "router")
 TAKE_THE_CLOCK = ("control", "router", "server")
+EMULATOR_NEVER_IMPORTS = frozenset({"router", "control", "server", "core"})
+HARNESSES = ("benchmarks", "tests")
 
 
 def _module_name(path: Path) -> str:
@@ -151,6 +158,18 @@ def test_control_and_router_do_not_import_each_other():
     a, b = NEVER_EACH_OTHER
     crossing = {f"{x} -> {y}": edges[x, y] for x, y in ((a, b), (b, a)) if (x, y) in edges}
     assert not crossing, f"{a} and {b} meet only in server (ports, not imports): {crossing}"
+
+
+def test_the_emulator_knows_only_the_worker_protocol():
+    crossing = {f"emulator -> {b}": where for (a, b), where in _edges().items()
+                if a == "emulator" and b in EMULATOR_NEVER_IMPORTS}
+    assert not crossing, f"the emulator imports PEARL's own code (a harness should join them): {crossing}"
+
+
+def test_the_product_does_not_import_its_harnesses():
+    offences = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+                for path in _sources() for name, line in _imports(path) if name.split(".")[0] in HARNESSES]
+    assert not offences, "benchmarks and tests build on pearl_sglang, not the other way:\n" + "\n".join(offences)
 
 
 def test_the_shells_take_the_clock():

@@ -5,7 +5,7 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from pearl_sglang.testing.tiny_model import (
+from benchmarks.harness.tiny_model import (
     TinyModelSpec, weight_shapes, write_tiny_model, write_weight_variant,
 )
 

@@ -5,7 +5,7 @@ updates from disk need real safetensors weights, and token-exact resumption need
 weights with enough variance that greedy decoding does not fall into a short loop
 (dummy weights do). The tokenizer is a byte-level BPE trained on a built-in corpus.
 
-    python -m pearl_sglang.testing.tiny_model OUT_DIR [--arch qwen2|qwen3|llama] [--seed N]
+    python -m benchmarks.harness.tiny_model OUT_DIR [--arch qwen2|qwen3|llama] [--seed N]
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ class InProcessEmulatorLauncher:
         return self._running[slot].worker
 
     def worker_at(self, endpoint: str) -> Worker | None:
-        """The running worker that serves ``endpoint`` (``emulator.direct`` calls it)."""
+        """The running worker that serves ``endpoint`` (``benchmarks.harness.in_process_transport`` calls it)."""
         return self._by_endpoint.get(endpoint)
 
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker:
