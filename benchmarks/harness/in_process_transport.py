@@ -23,8 +23,7 @@ from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_g
 from pearl_sglang.emulator.request import RequestRejected
 from pearl_sglang.emulator.server import Worker
 from pearl_sglang.router.encoded_ids import EncodedIds
-from pearl_sglang.router.errors import WorkerUnavailable
-from pearl_sglang.router.worker_client import status_error
+from pearl_sglang.workers.errors import WorkerUnavailable, status_error
 
 WorkerResolver = Callable[[str], "Worker | None"]
 

@@ -45,20 +45,20 @@ from benchmarks.harness.recording import Recorder, summarize
 from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGMENTS, System, core_profile, model,
                                         system)
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from benchmarks.harness.in_process_transport import InProcessTransport
 from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
-from benchmarks.harness.in_process_transport import InProcessTransport
-from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.emulator.server import Worker
-from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
-from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
+from pearl_sglang.server.compose import build_app
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import TransportFactory, WorkerClient
 from pearl_sglang.workload import AgenticRLDriver, DriverConfig, SweWorkload, TrainerProfile, admin_hooks
-from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets, load_preset
+from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trace import BAMBOO_P3, mean_workers, read_bamboo, worker_targets
 
 log = logging.getLogger("pearl.replay")
@@ -167,7 +167,7 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
 
 def _transport_factory(config: ReplayConfig, launchers: list[InProcessEmulatorLauncher]) -> TransportFactory:
     if config.worker_transport == "http":
-        return HttpTransport
+        return WorkerClient
     if config.worker_transport != "in-process":
         raise ValueError("worker_transport must be 'in-process' or 'http'")
 

@@ -25,17 +25,18 @@ from typing import Callable
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.data_plane import DataPlane
-from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
+from pearl_sglang.control.launchers import LaunchError, LaunchSpec, Launcher
 from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
-from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import (
     Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.errors import WorkerError
 
 log = logging.getLogger("pearl.control")
 
@@ -64,7 +65,7 @@ class PlanExecutor:
     store: StateStore
     data_plane: DataPlane
     launcher: Launcher | None
-    ops: WorkerOps
+    ops: WorkerClient
     phases: PhaseLog
     deadlines: Deadlines
     snapshot: Callable[[], WeightSnapshot]
@@ -97,11 +98,11 @@ class PlanExecutor:
                     await self.ops.pause(w.endpoint, "abort")
                     await self.ops.release_memory(w.endpoint)
                     if await self.ops.frees_memory_on_release(w.endpoint) is False:
-                        raise WorkerOpError(w.endpoint, "/release_memory_occupation",
+                        raise WorkerError(w.endpoint, "/release_memory_occupation",
                                             "the worker runs without the memory saver, so the release freed "
                                             "nothing (set engine.memory_saver: true)")
                     return WorkerLeft(slot)
-                except WorkerOpError as e:
+                except WorkerError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)
                     await self.kill(slot)
                     return WorkerLost(slot)
@@ -150,7 +151,7 @@ class PlanExecutor:
                     log.info("%s switched to %s after %.1fs waiting for it to be idle",
                              url, role.value, loop.time() - started)
                 return
-            except WorkerOpError as e:
+            except WorkerError as e:
                 if NOT_IDLE not in str(e) or loop.time() + IDLE_POLL_S > deadline:
                     raise
             await asyncio.sleep(IDLE_POLL_S)
@@ -295,7 +296,7 @@ class PlanExecutor:
                 endpoint, port = await self._become(slot, url, w.role, w.gpus)
                 await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
                 return SwitchAbandoned(slot, endpoint=endpoint, bootstrap_port=port)
-            except (LaunchError, WorkerOpError, ActivationFailed, OSError):
+            except (LaunchError, WorkerError, ActivationFailed, OSError):
                 if attempt == RESTORE_ATTEMPTS - 1 or self.launcher is None:
                     raise
                 await self.launcher.stop(slot)  # the next attempt relaunches it

@@ -20,10 +20,10 @@ from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdPr
 from pearl_sglang.control.expansions import Expansion, Growth, left_unknown
 from pearl_sglang.control.launchers import LaunchError
 from pearl_sglang.control.weights import NoDiskCopy
-from pearl_sglang.control.worker_ops import WorkerOpError
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.core.waves import Wave
+from pearl_sglang.workers.errors import WorkerError
 
 if TYPE_CHECKING:
     from pearl_sglang.control.orchestrator import Orchestrator
@@ -74,7 +74,7 @@ class Growing:
         async with self._pushing:
             try:
                 ready = await self._catch_up(list(results))
-            except (WorkerOpError, NoDiskCopy) as e:
+            except (WorkerError, NoDiskCopy) as e:
                 log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
                             operation, e)
                 await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
@@ -108,7 +108,7 @@ class Growing:
                 attempt += 1
                 async with self._lock:
                     wave = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
-            except (CoreError, ActivationFailed, LaunchError, WorkerOpError) as e:
+            except (CoreError, ActivationFailed, LaunchError, WorkerError) as e:
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
                 break
@@ -192,7 +192,7 @@ class Growing:
             async with self._pushing:
                 ready = await self._catch_up(started)
                 await self.executor.admit(ready, operation)
-        except (ActivationFailed, WorkerOpError, NoDiskCopy) as err:
+        except (ActivationFailed, WorkerError, NoDiskCopy) as err:
             log.warning("%s: the workers that started cannot serve either (%s); cancelling them", operation, err)
             await self.executor.cancel_group([e.slot for e in started])
 

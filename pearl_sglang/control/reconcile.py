@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pearl_sglang.control.processes import kill_group
-from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import Event, WeightsUpdated, WorkerLost, apply_all
 from pearl_sglang.core.state import Activity, Role, StateTable, WorkerRecord
+from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.errors import WorkerError
 
 log = logging.getLogger("pearl.control")
 
@@ -40,16 +41,16 @@ class Reconciled:
     notes: list[str] = field(default_factory=list)
 
 
-async def _probe(ops: WorkerOps, w: WorkerRecord) -> dict[str, Any] | None:
+async def _probe(ops: WorkerClient, w: WorkerRecord) -> dict[str, Any] | None:
     if not w.endpoint:
         return None
     try:
         return await asyncio.wait_for(ops.model_info(w.endpoint), 10.0)
-    except (WorkerOpError, asyncio.TimeoutError):
+    except (WorkerError, asyncio.TimeoutError):
         return None
 
 
-async def reconcile(table: StateTable, workers: dict[str, dict[str, Any]], ops: WorkerOps) -> Reconciled:
+async def reconcile(table: StateTable, workers: dict[str, dict[str, Any]], ops: WorkerClient) -> Reconciled:
     out = Reconciled(table=table)
     events: list[Event] = []
     infos = await asyncio.gather(*(_probe(ops, w) for w in table.rollout_workers()))

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot, sync_worker
-from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
 from pearl_sglang.core.events import WorkerRegistered, WorkerUnregistered, WorkerUnregistering
 from pearl_sglang.core.registered import GPU_PREFIX, RegistrationConfig
 from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.errors import WorkerError
 
 
 class RegistrationError(RuntimeError):
@@ -112,7 +113,7 @@ class Registrar:
     """Adds and removes registered workers; ``drain(slot, timeout_s)`` moves a worker's
     in-flight requests elsewhere and says whether it emptied in time."""
 
-    def __init__(self, *, store: StateStore, ops: WorkerOps, snapshot: Snapshot, drain: Drain,
+    def __init__(self, *, store: StateStore, ops: WorkerClient, snapshot: Snapshot, drain: Drain,
                  config: RegistrationConfig = RegistrationConfig()) -> None:
         config.validate()
         self.store, self.ops, self.snapshot, self.drain, self.config = store, ops, snapshot, drain, config
@@ -155,7 +156,7 @@ class Registrar:
     async def _server_info(self, url: str) -> dict:
         try:
             info = await self.ops.server_info(url)
-        except WorkerOpError:
+        except WorkerError:
             return {}
         return info if isinstance(info, dict) else {}
 
@@ -165,7 +166,7 @@ class Registrar:
         try:
             await self.ops.pause(url, "abort")
             await self.ops.release_memory(url)
-        except WorkerOpError as e:
+        except WorkerError as e:
             raise MissingCapability(f"worker {url} could not release its memory for training: {e}") from e
 
     async def _wait_healthy(self, url: str) -> None:
@@ -175,7 +176,7 @@ class Registrar:
             try:
                 await self.ops.health(url, timeout_s=max(self.config.poll_interval_s, 5.0))
                 return
-            except WorkerOpError as e:
+            except WorkerError as e:
                 if loop.time() + self.config.poll_interval_s > deadline:
                     raise WorkerNotReady(f"worker {url} did not become healthy within "
                                          f"{self.config.startup_timeout_s:.0f}s: {e}") from e
@@ -190,7 +191,7 @@ class Registrar:
                 await sync_worker(self.ops, url, snapshot, reload=False)
                 return snapshot.version
             info = await self.ops.model_info(url)
-        except (WorkerOpError, NoDiskCopy) as e:
+        except (WorkerError, NoDiskCopy) as e:
             raise WeightSyncFailed(f"worker {url} could not be synced to the latest weights: {e}") from e
         version = info.get("weight_version") if isinstance(info, dict) else None
         return version if isinstance(version, str) else None

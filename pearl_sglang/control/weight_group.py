@@ -20,8 +20,8 @@ from typing import Any, Iterable
 
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.weights import Push
-from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.core.state import WorkerRecord
+from pearl_sglang.workers.client import WorkerClient
 
 log = logging.getLogger("pearl.control")
 
@@ -135,7 +135,7 @@ def _failures(group: _Group) -> list[tuple[Member, BaseException]]:
 class WeightGroups:
     """The distributed weight groups of one control plane, by name."""
 
-    def __init__(self, ops: WorkerOps, *, init_timeout_s: float) -> None:
+    def __init__(self, ops: WorkerClient, *, init_timeout_s: float) -> None:
         self.ops = ops
         self.init_timeout_s = init_timeout_s
         self._groups: dict[str, _Group] = {}

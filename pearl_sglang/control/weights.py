@@ -13,7 +13,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
+from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.errors import WorkerError
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class NoDiskCopy(RuntimeError):
     """The worker needs weights that exist only in the workers that received a broadcast."""
 
 
-async def sync_worker(ops: WorkerOps, url: str, snapshot: WeightSnapshot, *, reload: bool) -> None:
+async def sync_worker(ops: WorkerClient, url: str, snapshot: WeightSnapshot, *, reload: bool) -> None:
     """Bring one worker to ``snapshot``. ``reload`` forces loading weights even when the
     version already matches (released memory without a CPU backup lost them)."""
     info = await ops.model_info(url)
@@ -66,7 +67,7 @@ async def sync_worker(ops: WorkerOps, url: str, snapshot: WeightSnapshot, *, rel
 Push = Callable[[str], Awaitable[None]]
 
 
-def from_disk(ops: WorkerOps, snapshot: WeightSnapshot) -> Push:
+def from_disk(ops: WorkerClient, snapshot: WeightSnapshot) -> Push:
     async def push(url: str) -> None:
         await ops.update_from_disk(url, model_path=snapshot.model_path or "", version=snapshot.version,
                                    load_format=snapshot.load_format)
@@ -80,7 +81,7 @@ async def push_to_workers(urls: list[str], push: Push) -> list[str]:
         try:
             await push(url)
             return "ok"
-        except WorkerOpError as e:
+        except WorkerError as e:
             return str(e)
 
     return list(await asyncio.gather(*(one(u) for u in urls)))

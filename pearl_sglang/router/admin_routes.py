@@ -9,9 +9,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pearl_sglang.core.registered import is_registered, relaunch_lock
 from pearl_sglang.core.state import Role
-from pearl_sglang.router.errors import ServiceUnavailable, WorkerError
+from pearl_sglang.router.errors import ServiceUnavailable
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.router.worker_client import post_json
+from pearl_sglang.workers.errors import WorkerError
 
 
 async def health(request: web.Request) -> web.Response:
@@ -112,8 +112,7 @@ async def flush_cache(request: web.Request) -> web.Response:
 
     async def one(w):
         try:
-            await post_json(st.session, slot=w.slot, url=w.endpoint, path="/flush_cache", body=None,
-                            timeouts=st.config.timeouts)
+            await st.workers.post_json(slot=w.slot, url=w.endpoint, path="/flush_cache", body=None)
             return str(w.slot), "flushed"
         except WorkerError as e:
             return str(w.slot), str(e)

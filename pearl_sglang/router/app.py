@@ -16,8 +16,9 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.clock import Clock, LoopClock
-from pearl_sglang.router import admin_routes, inference_routes
+from pearl_sglang.core.placement import CostRates
 from pearl_sglang.core.straggler_isolation import IsolationConfig
+from pearl_sglang.router import admin_routes, inference_routes
 from pearl_sglang.router.activity import WorkerActivity
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
@@ -26,18 +27,17 @@ from pearl_sglang.router.connections import ConnectionGuard
 from pearl_sglang.router.dispatch import Completed, Dispatcher
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
 from pearl_sglang.router.inflight import InFlightRegistry
-from pearl_sglang.router.metrics import RouterMetrics
-from pearl_sglang.router.middleware import auth_middleware, errors_middleware
-from pearl_sglang.core.placement import CostRates
 from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.load_probe import load_probe_loop
+from pearl_sglang.router.metrics import RouterMetrics
+from pearl_sglang.router.middleware import auth_middleware, errors_middleware
 from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.router.stragglers import isolation_for, no_isolation
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 from pearl_sglang.router.utilization import Utilization
-from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import TransportFactory, WorkerClient
 
 
 @web.middleware
@@ -144,7 +144,7 @@ class _ProfileRates:
 
 
 def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[web.Request], str],
-                 transport_factory: TransportFactory = HttpTransport, default_routing: str | None = None,
+                 transport_factory: TransportFactory = WorkerClient, default_routing: str | None = None,
                  wait_for_workers: bool = False, clock: Clock | None = None) -> web.Application:
     """``access`` classes each request for the auth middleware (public, inference or admin);
     ``default_routing``: the cluster's routing policy, unless the router's flag names one;
@@ -179,6 +179,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         st.session = aiohttp.ClientSession(connector=connector)
+        st.workers = WorkerClient(st.session, config.timeouts)
         st.dispatcher = Dispatcher(
             transport=transport_factory(st.session, config.timeouts), store=store, selector=st.selector,
             inflight=st.inflight, gate=st.gate, config=config.dispatch, unavailable=st.breakers.open_slots,
@@ -203,6 +204,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await st.dispatcher.transport.close()
+        await st.workers.close()
         await st.session.close()
 
     app.cleanup_ctx.append(session_ctx)

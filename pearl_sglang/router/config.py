@@ -13,7 +13,7 @@ from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.routing_policy import POLICY_NAMES
 from pearl_sglang.router.stall import DEFAULT_STALL_S
-from pearl_sglang.router.worker_client import Timeouts
+from pearl_sglang.workers.client import Timeouts
 
 POLICIES = ("static", "pearl")
 

@@ -16,21 +16,20 @@ from typing import Any, AsyncIterator, Callable, Sequence
 from urllib.parse import urlparse
 
 from pearl_sglang.aio import gather_settled
-from pearl_sglang.state_store import StateStore
 from pearl_sglang.core.state import ARRIVING_ACTIVITIES
 from pearl_sglang.core.straggler_isolation import Isolation
 from pearl_sglang.router.activity import TurnWindows, Window, WorkerActivity
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.encoded_ids import EncodedIds, as_list
-from pearl_sglang.router.errors import (
-    ServiceUnavailable, UpstreamFailed, WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable,
-)
+from pearl_sglang.router.errors import ServiceUnavailable, UpstreamFailed
 from pearl_sglang.router.generate_request import GenerateItem
 from pearl_sglang.router.inflight import EndCause, InFlightRegistry
 from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.selection import NoRoute, Selector, Target, context_tokens, prefix_key
 from pearl_sglang.router.stitch import Stitcher
-from pearl_sglang.router.worker_client import WorkerTransport
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerTransport
+from pearl_sglang.workers.errors import WorkerError, WorkerFailed, WorkerStalled, WorkerUnavailable
 
 
 def _held(ids: Sequence[int] | None) -> Sequence[int] | None:

@@ -13,7 +13,6 @@ import asyncio
 
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.state import RouterState
-from pearl_sglang.router.worker_client import abort
 
 
 async def migrate_off(st: RouterState, slot: int) -> int:
@@ -28,7 +27,7 @@ async def migrate_off(st: RouterState, slot: int) -> int:
 
 async def abort_entries(st: RouterState, entries) -> None:
     """Abort each entry on every worker it is on, by the rid that worker knows it by."""
-    await asyncio.gather(*(abort(st.session, url=url, rid=entry.worker_rid, timeouts=st.config.timeouts)
+    await asyncio.gather(*(st.workers.abort(url=url, rid=entry.worker_rid)
                            for entry in entries for url in entry.urls))
 
 

@@ -17,7 +17,8 @@ import orjson
 
 _COMMA = ord(",")
 _ZERO = ord("0")
-# Every integer this long fits in 64 bits; orjson decodes longer ones as floats.
+# The longest id the text path takes (every integer this long fits in 64 bits); a body
+# with a longer one (never a real token id) takes the generic JSON path.
 MAX_DIGITS = 19
 
 

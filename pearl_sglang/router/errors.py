@@ -1,9 +1,8 @@
 """Typed errors of the router's data path, each with the HTTP status a client sees.
 
-Retryable worker failures (``WorkerUnavailable``, ``WorkerFailed``) are handled by the
-dispatcher, which moves the request elsewhere; ``WorkerRejected`` is the worker's own
-4xx and goes back to the client unchanged. ``RouterError`` subclasses become JSON
-``{"error": {"message", "type", "code"}}`` replies.
+``RouterError`` subclasses become JSON ``{"error": {"message", "type", "code"}}``
+replies. A failed call to a worker is a ``workers.errors.WorkerError``: the dispatcher
+moves a retryable one elsewhere, and ``answers.py`` says what the client gets for each.
 """
 from __future__ import annotations
 
@@ -67,33 +66,3 @@ class ServiceUnavailable(RouterError):
 class UpstreamFailed(RouterError):
     status = 502
     kind = "upstream_failed"
-
-
-class WorkerError(Exception):
-    """A call to one worker failed."""
-
-    def __init__(self, worker_id: str, message: str) -> None:
-        super().__init__(f"worker {worker_id}: {message}")
-        self.worker_id = worker_id
-
-
-class WorkerUnavailable(WorkerError):
-    """Connection refused, reset, timed out or cut mid-stream: try another worker."""
-
-
-class WorkerStalled(WorkerUnavailable):
-    """The worker sent nothing on a stream for the stall bound: hung (stopped, wedged)."""
-
-
-class WorkerFailed(WorkerError):
-    """The worker answered 5xx or an error event: try another worker."""
-
-
-class WorkerRejected(WorkerError):
-    """The worker answered 4xx: the request itself is wrong; the client gets this reply."""
-
-    def __init__(self, worker_id: str, status: int, body: bytes, content_type: str) -> None:
-        super().__init__(worker_id, f"rejected with {status}")
-        self.status = status
-        self.body = body
-        self.content_type = content_type

@@ -19,16 +19,18 @@ from typing import Any, AsyncIterator, Callable
 from aiohttp import web
 
 from pearl_sglang import fastjson
-from pearl_sglang.router.drain import abort_entries
-from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams, WorkerError, WorkerRejected
 from pearl_sglang.router import openai_dispatch, openai_generate
+from pearl_sglang.router.answers import answer_for
+from pearl_sglang.router.drain import abort_entries
+from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
 from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
-from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries, rejected_response
+from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
+from pearl_sglang.workers.errors import WorkerError
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
@@ -82,8 +84,6 @@ async def generate(request: web.Request) -> web.StreamResponse:
             results = await asyncio.gather(*(_last(r) for r in runs)) if len(runs) > 1 else [await _last(runs[0])]
         return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
                             content_type="application/json")
-    except WorkerRejected as e:
-        return rejected_response(e)
     finally:
         st.metrics.latency.labels("generate").observe(st.clock.now() - started)
 
@@ -157,7 +157,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
         except StopAsyncIteration:
             pass
         except (RouterError, WorkerError) as e:
-            end_event[index] = _error_event(e)
+            end_event[index] = answer_for(e).event()
         except Exception as e:  # noqa: BLE001 - the 200 is sent: the client must still learn of it
             log.exception("generate item %s failed", index)
             end_event[index] = {"error": {"message": f"internal router error: {e!r}",
@@ -211,17 +211,6 @@ class _SseResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def _error_event(e: Exception) -> dict[str, Any]:
-    if isinstance(e, RouterError):
-        return e.body()
-    if isinstance(e, WorkerRejected):
-        try:
-            return json.loads(e.body)
-        except ValueError:
-            return {"error": {"message": e.body.decode(errors="replace"), "code": e.status}}
-    return {"error": {"message": str(e), "type": "upstream_failed", "code": 502}}
-
-
 async def abort_request(request: web.Request) -> web.Response:
     """Abort every in-flight item whose rid equals or starts with ``rid`` (or all), on every
     worker that holds it, prefill and decode alike, always by its exact rid."""
@@ -249,10 +238,7 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     body = call.body
     trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
     if openai_generate.eligible(body, chat=chat):
-        try:
-            return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
-        except WorkerRejected as e:
-            return rejected_response(e)
+        return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
     rids = openai_rids(st, body, call.sequences)

@@ -1,7 +1,7 @@
 """Cross-cutting HTTP concerns: typed errors to JSON, authentication, body limits.
 
-No handler ever answers a bare 500: a ``RouterError`` becomes its own 4xx/5xx JSON, an
-aiohttp HTTP exception (unknown path, wrong method) keeps its status with a JSON body,
+No handler ever answers a bare 500: a ``RouterError`` or a worker's failure becomes its
+answer (``answers.py``: its own 4xx/5xx JSON, a worker's 4xx as it came), an aiohttp HTTP exception (unknown path, wrong method) keeps its status with a JSON body,
 and anything unexpected is logged and answered 500 with a JSON message.
 """
 from __future__ import annotations
@@ -15,8 +15,10 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from pearl_sglang import fastjson
+from pearl_sglang.router.answers import answer_for
 from pearl_sglang.router.errors import RouterError, Unauthorized
 from pearl_sglang.router.limits import json_depth_exceeds
+from pearl_sglang.workers.errors import WorkerError
 
 log = logging.getLogger("pearl.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -34,8 +36,8 @@ def error_response(status: int, message: str, kind: str) -> web.Response:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except RouterError as e:
-        return web.json_response(e.body(), status=e.status)
+    except (RouterError, WorkerError) as e:
+        return answer_for(e).response()
     except web.HTTPRequestEntityTooLarge as e:
         return error_response(413, f"body exceeds the limit ({e.text})", "limit_max_body_bytes")
     except web.HTTPException as e:

@@ -8,9 +8,10 @@ import json
 from typing import Any, AsyncIterator
 
 from pearl_sglang.router import openai_generate
-from pearl_sglang.router.errors import BadRequest, UpstreamFailed, WorkerFailed, WorkerUnavailable
+from pearl_sglang.router.errors import BadRequest, UpstreamFailed
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import RouterState
+from pearl_sglang.workers.errors import WorkerFailed, WorkerUnavailable
 
 
 async def whole_text(st: RouterState, run: AsyncIterator[dict[str, Any]], *,

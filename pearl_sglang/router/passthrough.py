@@ -19,19 +19,13 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.router.client_watch import client_gone
-from pearl_sglang.router.errors import (
-    BadRequest, UpstreamFailed, WorkerError, WorkerFailed, WorkerRejected, WorkerStalled, WorkerUnavailable,
-)
+from pearl_sglang.router.errors import BadRequest, UpstreamFailed
 from pearl_sglang.router.state import RouterState
+from pearl_sglang.workers.errors import WorkerError, WorkerStalled, WorkerUnavailable, status_error
 
 log = logging.getLogger("pearl.router")
 # What SGLang's own streaming answers carry.
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
-
-
-def rejected_response(e: WorkerRejected) -> web.Response:
-    """A worker's 4xx, passed to the client as it came."""
-    return web.Response(status=e.status, body=e.body, content_type=e.content_type.split(";")[0])
 
 
 def openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
@@ -61,9 +55,9 @@ async def proxy_with_retries(request: web.Request, st: RouterState, key: tuple[i
             st.inflight.assign(entry, target.slots, urls)
         try:
             return await _proxy_once(request, st, target, body)
-        except WorkerRejected as e:
-            return rejected_response(e)
         except WorkerError as e:
+            if not e.retryable:
+                raise  # a worker's 4xx goes back as it came (router.answers)
             failed.add(int(e.worker_id))
             if isinstance(e, WorkerStalled):
                 st.breakers.trip(int(e.worker_id))
@@ -87,10 +81,8 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
     try:
         async with st.session.post(main.endpoint + request.path, json=body, timeout=timeout) as up:
             if up.status >= 400:
-                data = await up.read()
-                if up.status < 500:
-                    raise WorkerRejected(str(main.slot), up.status, data, up.headers.get("Content-Type", "application/json"))
-                raise WorkerFailed(str(main.slot), f"HTTP {up.status}")
+                raise status_error(str(main.slot), up.status, await up.read(),
+                                   up.headers.get("Content-Type", "application/json"))
             ctype = up.headers.get("Content-Type", "application/json")
             if ctype.startswith("text/event-stream"):
                 ctype = SSE_CONTENT_TYPE

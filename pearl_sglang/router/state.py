@@ -23,6 +23,7 @@ from pearl_sglang.router.selection import Selector
 from pearl_sglang.router.telemetry import TelemetryCollector
 from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerClient
 
 
 class ControlView(Protocol):
@@ -55,6 +56,7 @@ class RouterState:
     utilization: Utilization
     clock: Clock
     session: aiohttp.ClientSession | None = None
+    workers: WorkerClient | None = None  # aborts and control calls to the workers
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None
     control: ControlView | None = None

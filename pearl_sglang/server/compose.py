@@ -19,16 +19,15 @@ from pearl_sglang.control.orchestrator import Orchestrator
 from pearl_sglang.control.persistence import StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.registration import Registrar
-from pearl_sglang.control.worker_ops import WorkerOps
 from pearl_sglang.router.app import build_router
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.data_plane import RouterDataPlane
 from pearl_sglang.router.middleware import ADMIN, INFERENCE, PUBLIC
 from pearl_sglang.router.state import ROUTER, RouterState
-from pearl_sglang.router.worker_client import HttpTransport, TransportFactory
 from pearl_sglang.server import engine_control_routes, worker_api
 from pearl_sglang.server.control_routes import CONTROL, add_control_routes
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import TransportFactory, WorkerClient
 
 LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
 PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
@@ -59,7 +58,7 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
         phases = PhaseLog(on_record=lambda r: st.metrics.reconfig_seconds.labels(r.operation, r.phase)
                           .observe(r.seconds))
         executor = PlanExecutor(store=st.store, data_plane=RouterDataPlane(st), launcher=launcher,
-                                ops=WorkerOps(st.session), phases=phases, deadlines=cluster.deadlines,
+                                ops=WorkerClient(st.session), phases=phases, deadlines=cluster.deadlines,
                                 snapshot=lambda: control.snapshot,
                                 launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
@@ -88,7 +87,7 @@ def _registrar(app: web.Application) -> Registrar:
     """Registered workers sync to the control plane's latest snapshot (none in attach
     mode) and drain through the dispatcher's migration."""
     st, control = app[ROUTER], app[CONTROL]
-    return Registrar(store=st.store, ops=WorkerOps(st.session),
+    return Registrar(store=st.store, ops=WorkerClient(st.session),
                      snapshot=lambda: control.orchestrator.snapshot if control.orchestrator is not None else None,
                      drain=RouterDataPlane(st).drain, config=st.config.registration)
 
@@ -105,7 +104,7 @@ def local_launcher(cluster: ClusterConfig, session: aiohttp.ClientSession) -> La
 
 def build_app(config: RouterConfig, store: StateStore, cluster: ClusterConfig | None = None,
               launcher_factory: LauncherFactory = local_launcher,
-              transport_factory: TransportFactory = HttpTransport,
+              transport_factory: TransportFactory = WorkerClient,
               state_file: StateFile | None = None) -> web.Application:
     """``state_file``: the crash-safe record, already locked by the caller (the CLI takes the
     lock before serving so that a second router on the same directory fails at once);

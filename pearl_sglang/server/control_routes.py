@@ -16,8 +16,7 @@ from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.control.weights import WeightSnapshot
 from pearl_sglang.core.errors import CoreError, InvalidConfig
 from pearl_sglang.core.pd_mode import PdMode
-from pearl_sglang.router.errors import (BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable,
-                                       UpstreamFailed)
+from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable, UpstreamFailed
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 

@@ -8,10 +8,10 @@ import random
 import httpx
 import pytest
 
-from pearl_sglang.control.launchers import LaunchError
-from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.core.state import Activity, Role
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from pearl_sglang.control.launchers import LaunchError
+from pearl_sglang.core.state import Activity, Role
+from pearl_sglang.workers.client import WorkerClient
 from tests.control.conftest import cluster_config, running_cluster
 from tests.support.emulated import emulator
 
@@ -191,14 +191,14 @@ async def test_a_worker_that_leaves_during_a_weight_push_is_not_updated(tiny_mod
     async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=0)) as c:
         await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]})
         loading, release = asyncio.Event(), asyncio.Event()
-        original = WorkerOps.update_from_disk
+        original = WorkerClient.update_from_disk
 
         async def slow_update(self, url, **kw):
             await original(self, url, **kw)
             loading.set()
             await release.wait()
 
-        monkeypatch.setattr(WorkerOps, "update_from_disk", slow_update)
+        monkeypatch.setattr(WorkerClient, "update_from_disk", slow_update)
         push = asyncio.ensure_future(c.admin("/update_weights", {"version": "v1",
                                                                   "model_path": str(tiny_model_variant_dir)}))
         await loading.wait()

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from pearl_sglang.control.worker_ops import WorkerOpError, WorkerOps
+from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.errors import WorkerError
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 
@@ -100,14 +101,14 @@ async def test_bad_weight_group_input_is_a_4xx_with_a_clear_message(tiny_model_d
 
 
 async def test_member_that_cannot_join_fails_the_push_with_502(tiny_model_dir, monkeypatch):
-    real = WorkerOps.init_weight_group
+    real = WorkerClient.init_weight_group
 
     async def init(self, url, **kw):
         if kw["rank_offset"] == 2:
-            raise WorkerOpError(url, "/init_weights_update_group", "HTTP 400: Failed to initialize group")
+            raise WorkerError(url, "/init_weights_update_group", "HTTP 400: Failed to initialize group")
         return await real(self, url, **kw)
 
-    monkeypatch.setattr(WorkerOps, "init_weight_group", init)
+    monkeypatch.setattr(WorkerClient, "init_weight_group", init)
     async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=0)) as c:
         await c.admin("/pearl/weight_group", GROUP)
         err = await c.admin("/update_weights", {"version": "v1", "distributed": dist()}, expect=502)

@@ -9,16 +9,16 @@ import asyncio
 from hypothesis import given, strategies as st
 
 from pearl_sglang.control.executor import PlanExecutor
-from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.core.state import Zone
 from pearl_sglang.core.staleness import PushLog
+from pearl_sglang.core.state import Zone
+from pearl_sglang.workers.client import WorkerClient
 from tests.control.conftest import cluster_config, running_cluster
 
 
 async def test_a_slow_bad_push_racing_a_good_one_leaves_joiners_on_the_good_one(
         tiny_model_dir, tiny_model_variant_dir, tmp_path, monkeypatch):
     bad_path = str(tmp_path / "missing")
-    original = WorkerOps.update_from_disk
+    original = WorkerClient.update_from_disk
     loading = {"now": 0, "most": 0}
 
     async def update(self, url, **kw):
@@ -31,7 +31,7 @@ async def test_a_slow_bad_push_racing_a_good_one_leaves_joiners_on_the_good_one(
         finally:
             loading["now"] -= 1
 
-    monkeypatch.setattr(WorkerOps, "update_from_disk", update)
+    monkeypatch.setattr(WorkerClient, "update_from_disk", update)
     async with running_cluster(cluster_config(tiny_model_dir, dedicated=1, overlap=0)) as c:
         bad = asyncio.ensure_future(c.admin("/update_weights", {"version": "v-bad", "model_path": bad_path}))
         await asyncio.sleep(0.05)
@@ -60,7 +60,7 @@ async def test_borrowed_workers_that_synced_before_a_push_load_it_together(tiny_
     synced = asyncio.Event()
     activated: list[int] = []
     loads: dict[str, list[tuple[float, float]]] = {}
-    original_update, original_activate = WorkerOps.update_from_disk, PlanExecutor.activate
+    original_update, original_activate = WorkerClient.update_from_disk, PlanExecutor.activate
 
     async def update(self, url, **kw):
         if kw["version"] == "v9":
@@ -77,7 +77,7 @@ async def test_borrowed_workers_that_synced_before_a_push_load_it_together(tiny_
             synced.set()
         return ready
 
-    monkeypatch.setattr(WorkerOps, "update_from_disk", update)
+    monkeypatch.setattr(WorkerClient, "update_from_disk", update)
     monkeypatch.setattr(PlanExecutor, "activate", activate)
     async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=4)) as c:
         await c.admin("/train_begin", {"step": 0})

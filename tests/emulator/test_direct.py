@@ -7,13 +7,13 @@ import json
 import aiohttp
 import pytest
 
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from benchmarks.harness.in_process_transport import InProcessTransport
 from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchSpec
-from benchmarks.harness.in_process_transport import InProcessTransport
-from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.core.state import Role
-from pearl_sglang.router.errors import WorkerRejected, WorkerUnavailable
-from pearl_sglang.router.worker_client import HttpTransport, Timeouts
+from pearl_sglang.workers.client import Timeouts, WorkerClient
+from pearl_sglang.workers.errors import WorkerRejected, WorkerUnavailable
 
 pytestmark = pytest.mark.asyncio
 FAST = ("--time-scale", "20", "--disable-radix-cache")
@@ -31,7 +31,7 @@ async def _chunks(transport, url: str, body: dict) -> list[dict]:
 
 async def test_streams_and_one_document_answers_match_http(model_dir, emu) -> None:
     async with emu("--model-path", str(model_dir), *FAST) as (url, worker), aiohttp.ClientSession() as session:
-        http, direct = HttpTransport(session, Timeouts()), InProcessTransport({url: worker}.get)
+        http, direct = WorkerClient(session, Timeouts()), InProcessTransport({url: worker}.get)
         body = {"input_ids": list(range(300, 340)),
                 "sampling_params": {"max_new_tokens": 40, "ignore_eos": True, "stream_interval": 8}}
         over_http = await _chunks(http, url, {**body, "rid": "h"})
@@ -54,7 +54,7 @@ async def test_streams_and_one_document_answers_match_http(model_dir, emu) -> No
 
 async def test_bad_input_is_the_same_rejection(model_dir, emu) -> None:
     async with emu("--model-path", str(model_dir), *FAST) as (url, worker), aiohttp.ClientSession() as session:
-        http, direct = HttpTransport(session, Timeouts()), InProcessTransport({url: worker}.get)
+        http, direct = WorkerClient(session, Timeouts()), InProcessTransport({url: worker}.get)
         body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "bogus": 1}}
         rejections = []
         for transport in (http, direct):

@@ -11,7 +11,7 @@ import httpx
 
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
-from pearl_sglang.router.worker_client import Timeouts
+from pearl_sglang.workers.client import Timeouts
 from tests.router.conftest import ADMIN_TOKEN
 from tests.support.emulated import emulator
 

@@ -11,24 +11,26 @@ from hypothesis import given, settings, strategies as st
 
 from pearl_sglang import fastjson
 from pearl_sglang.control.attach import attached_table
-from pearl_sglang.state_store import StateStore
-from pearl_sglang.server.compose import build_app
+from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.connections import start_site
-from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_positions
+from pearl_sglang.router.encoded_ids import MAX_DIGITS, EncodedIds, canonical_ints, comma_positions
 from pearl_sglang.router.selection import TOKEN_BLOCK, context_tokens, extend_prefix_key, prefix_key
 from pearl_sglang.router.state import ROUTER
-from pearl_sglang.router.worker_client import HttpTransport
+from pearl_sglang.server.compose import build_app
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerClient
 from tests.router.conftest import ADMIN_TOKEN
 from tests.support.emulated import emulator
-from pearl_sglang.router.config import RouterConfig, Security
 
 
 def _decodes(text: bytes) -> bool:
+    """Whether a JSON decoder reads ``text`` as ids the text path takes: integers of at
+    most MAX_DIGITS digits (orjson also reads 20-digit ones below 2**64 as integers)."""
     try:
         ids = orjson.loads(b"[" + text + b"]")
     except ValueError:
         return False
-    return bool(ids) and all(type(i) is int for i in ids)
+    return bool(ids) and all(type(i) is int and i < 10 ** MAX_DIGITS for i in ids)
 
 
 @settings(max_examples=300, deadline=None)
@@ -54,7 +56,7 @@ def test_encoded_ids_read_like_the_list(ids, more):
 class _Recording:
     """The HTTP transport, keeping every body it sends."""
 
-    def __init__(self, inner: HttpTransport, bodies: list) -> None:
+    def __init__(self, inner: WorkerClient, bodies: list) -> None:
         self.inner, self.bodies = inner, bodies
 
     def stream_generate(self, *, slot, url, body):
@@ -77,7 +79,7 @@ async def test_a_long_prompt_reaches_the_worker_without_being_decoded():
     async with emulator() as (worker, _):
         config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600)
         app = build_app(config, StateStore(attached_table(regular=(worker,))),
-                        transport_factory=lambda session, timeouts: _Recording(HttpTransport(session, timeouts), bodies))
+                        transport_factory=lambda session, timeouts: _Recording(WorkerClient(session, timeouts), bodies))
         runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0)
         try:
             async with httpx.AsyncClient(timeout=30) as c:

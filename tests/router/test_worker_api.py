@@ -9,16 +9,16 @@ from dataclasses import replace
 
 import httpx
 
-from pearl_sglang.control.registration import Registrar, WeightSyncFailed, WorkerNotReady, WorkerSpec
-from pearl_sglang.core.registered import RegistrationConfig
-from pearl_sglang.state_store import StateStore
 from pearl_sglang.control.attach import attached_table
-from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.control.worker_ops import WorkerOps
-from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.control.processes import free_port
+from pearl_sglang.control.registration import Registrar, WeightSyncFailed, WorkerNotReady, WorkerSpec
+from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.core.registered import RegistrationConfig
+from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.state import ROUTER
+from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.client import WorkerClient
 from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.emulated import emulator
 
@@ -179,7 +179,7 @@ async def test_registered_worker_is_synced_to_the_latest_snapshot_before_admissi
 
         async with aiohttp.ClientSession() as session:
             store = StateStore(attached_table(regular=(u0,)))
-            ops = WorkerOps(session)
+            ops = WorkerClient(session)
             snapshot = WeightSnapshot(version="v7", model_path=str(tiny_model_dir))
 
             async def drain(slot, timeout_s):

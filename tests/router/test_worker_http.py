@@ -8,9 +8,9 @@ import contextlib
 import pytest
 from aiohttp import web
 
-from pearl_sglang.router.errors import WorkerRejected, WorkerStalled, WorkerUnavailable
-from pearl_sglang.router.worker_client import Timeouts, stream_generate
-from pearl_sglang.router.worker_http import WorkerConnections
+from pearl_sglang.workers.client import Timeouts, stream_generate
+from pearl_sglang.workers.connections import WorkerConnections
+from pearl_sglang.workers.errors import WorkerRejected, WorkerStalled, WorkerUnavailable
 
 EVENTS = b'data: {"output_ids": [7], "meta_info": {}}\n\ndata: {"output_ids": [7, 8], "meta_info": {}}\n\ndata: [DONE]\n\n'
 

@@ -6,8 +6,8 @@ import asyncio
 
 from aiohttp import web
 
-from pearl_sglang.router.worker_client import Timeouts, stream_generate
-from pearl_sglang.router.worker_http import WorkerConnections
+from pearl_sglang.workers.client import Timeouts, stream_generate
+from pearl_sglang.workers.connections import WorkerConnections
 
 
 async def _sse_worker() -> tuple[web.AppRunner, str, set]:

@@ -10,6 +10,8 @@
 * The emulator is a worker: it meets PEARL only over the worker protocol (HTTP), so it
   imports none of ``router``, ``control``, ``server`` or ``core``; what connects it to them
   in one process (the in-process transport, the emulator launcher) is harness.
+* The worker protocol (``workers``: the client and its errors) is shared by the router
+  and the control plane and imports neither, nor ``server``.
 * Harnesses live outside the product: nothing in ``pearl_sglang`` imports ``benchmarks``
   or ``tests``.
 * The shells take the clock: ``router``, ``control`` and ``server`` never import ``time``;
@@ -35,6 +37,7 @@ NEVER_EACH_OTHER = ("control", "router")
 TAKE_THE_CLOCK = ("control", "router", "server")
 EMULATOR_NEVER_IMPORTS = frozenset({"router", "control", "server", "core"})
 HARNESSES = ("benchmarks", "tests")
+SHARED_BY_THE_SHELLS = {"workers": frozenset({"router", "control", "server"})}
 
 
 def _module_name(path: Path) -> str:
@@ -164,6 +167,12 @@ def test_the_emulator_knows_only_the_worker_protocol():
     crossing = {f"emulator -> {b}": where for (a, b), where in _edges().items()
                 if a == "emulator" and b in EMULATOR_NEVER_IMPORTS}
     assert not crossing, f"the emulator imports PEARL's own code (a harness should join them): {crossing}"
+
+
+def test_the_worker_protocol_is_below_both_shells():
+    crossing = {f"{a} -> {b}": where for (a, b), where in _edges().items()
+                if b in SHARED_BY_THE_SHELLS.get(a, ())}
+    assert not crossing, f"the worker client is shared by router and control, so imports neither: {crossing}"
 
 
 def test_the_product_does_not_import_its_harnesses():
