@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from pearl_sglang.core.telemetry import StepTelemetry
-from pearl_sglang.router.drain import migrate_off, wait_drained
+from pearl_sglang.router.drain import drain
 from pearl_sglang.router.state import RouterState
 
 
@@ -21,8 +21,7 @@ class RouterDataPlane:
         self._st = st
 
     async def drain(self, slot: int, deadline_s: float) -> bool:
-        await migrate_off(self._st, slot)
-        return await wait_drained(self._st, slot, deadline_s)
+        return await drain(self._st, slot, deadline_s)
 
     def admission_paused(self, reason: str) -> AbstractAsyncContextManager[None]:
         return self._st.gate.closed(reason)

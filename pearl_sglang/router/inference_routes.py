@@ -21,10 +21,9 @@ from aiohttp import web
 from pearl_sglang import fastjson
 from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.answers import answer_for
-from pearl_sglang.router.drain import abort_entries
+from pearl_sglang.router.drain import abort
 from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams
 from pearl_sglang.router.generate_request import GenerateItem, parse_generate
-from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries
@@ -225,9 +224,7 @@ async def abort_request(request: web.Request) -> web.Response:
         raise BadRequest(f"'rid' must be at most {st.config.limits.max_rid_length} characters",
                          kind="limit_max_rid_length")
     entries = st.inflight.matching(None if abort_all else rid)
-    for entry in entries:
-        entry.cause = EndCause.CLIENT_ABORT
-    await abort_entries(st, entries)
+    await abort(st, entries)
     return web.json_response({"aborted": [e.rid for e in entries]})
 
 

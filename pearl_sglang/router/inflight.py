@@ -6,12 +6,18 @@ abort (finish and return the partial output) from the control plane's drain (res
 the partial output elsewhere).  Each attempt runs on its workers under its own rid
 (``worker_rid``): SGLang aborts a request that reuses the rid of a stream that ended less
 than 2 s before, so a resubmission under the client's rid would be aborted again.
+
+Ending requests and waiting for a worker to hold none are operations of the registry:
+``end`` records why a request ends (a client's abort wins over a move), and ``emptied``
+is a future done when the last request leaves a slot, so a drain awaits that event
+rather than looking again and again.
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from typing import Callable, Iterable
 
 
 class EndCause(str, Enum):
@@ -40,6 +46,7 @@ class InFlightRegistry:
     _per_slot: dict[int, int] = field(default_factory=dict)
     # Told (slot, before, after) on every change of a slot's count (utilization).
     on_count: Callable[[int, int, int], None] | None = None
+    _emptied: dict[int, list[asyncio.Future[None]]] = field(default_factory=dict)
 
     def open(self, rid: str, *, movable: bool = True) -> InFlight:
         entry = InFlight(rid=rid, movable=movable)
@@ -71,6 +78,26 @@ class InFlightRegistry:
                 self._per_slot[slot] = n
             else:
                 self._per_slot.pop(slot, None)
+                for waiter in self._emptied.pop(slot, ()):
+                    if not waiter.done():
+                        waiter.set_result(None)
+
+    def end(self, entries: Iterable[InFlight], cause: EndCause) -> None:
+        """Record why these requests end, for the dispatcher to read when their worker
+        stops them: a client's abort (finish with the partial output) always, a move
+        (resubmit it elsewhere) unless a client's abort came first."""
+        for entry in entries:
+            if cause is EndCause.CLIENT_ABORT or entry.cause is None:
+                entry.cause = cause
+
+    def emptied(self, slot: int) -> asyncio.Future[None]:
+        """A future done once no request is on ``slot`` (at once if none is now)."""
+        waiter = asyncio.get_running_loop().create_future()
+        if self._per_slot.get(slot):
+            self._emptied.setdefault(slot, []).append(waiter)
+        else:
+            waiter.set_result(None)
+        return waiter
 
     def is_open(self, rid: str) -> bool:
         return rid in self._by_rid

@@ -23,9 +23,8 @@ from contextlib import AsyncExitStack
 from aiohttp import web
 
 from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.router.drain import abort_entries
+from pearl_sglang.router.drain import abort
 from pearl_sglang.router.errors import BadRequest
-from pearl_sglang.router.inflight import EndCause
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.server.control_routes import _body, _control, _opt_str, _run
 
@@ -35,9 +34,7 @@ PAUSE = web.AppKey("pearl_pause", dict)
 
 async def _abort_in_flight(st: RouterState) -> int:
     entries = st.inflight.matching(None)
-    for entry in entries:
-        entry.cause = EndCause.CLIENT_ABORT
-    await abort_entries(st, entries)
+    await abort(st, entries)
     return len(entries)
 
 
