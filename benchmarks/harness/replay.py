@@ -7,8 +7,12 @@ engine, planner, orchestrator, executors, borrowing gate), the RL driver
 over loopback HTTP.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
-workers in-process (``benchmarks.harness.in_process_transport``; ``--worker-transport http`` sends them over
-loopback HTTP too, for ~1.3x the CPU and the same results); its control calls use HTTP.
+workers in-process (``benchmarks.harness.in_process_transport``); its control calls use
+HTTP. An in-process replay is reproducible to the digit. ``--worker-transport http`` sends
+the generation calls over loopback HTTP too, for ~1.3x the CPU and results that vary from
+run to run by about 1% (measured 2026-12-03: step times 681.06 vs 681.96 s): events at one
+virtual instant then run in the order their sockets become readable, which moves some
+routing choices (333 vs 338 requests on one worker in the first step).
 
     .venv/bin/python -m benchmarks.harness.replay --system pearl --segment 1 \
         [--model qwen3-8b] [--minutes 120] [--batch-size 64 --group-size 16] [--out FILE.json]
