@@ -25,7 +25,7 @@ from typing import Callable
 from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.data_plane import DataPlane
-from pearl_sglang.control.launchers import LaunchError, LaunchSpec, Launcher
+from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.weights import WeightSnapshot, sync_worker
 from pearl_sglang.core.events import (
@@ -36,7 +36,7 @@ from pearl_sglang.core.registered import is_registered
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.state_store import StateStore
 from pearl_sglang.workers.client import WorkerClient
-from pearl_sglang.workers.errors import WorkerError
+from pearl_sglang.workers.errors import WorkerError, WorkerRefused
 
 log = logging.getLogger("pearl.control")
 
@@ -98,9 +98,9 @@ class PlanExecutor:
                     await self.ops.pause(w.endpoint, "abort")
                     await self.ops.release_memory(w.endpoint)
                     if await self.ops.frees_memory_on_release(w.endpoint) is False:
-                        raise WorkerError(w.endpoint, "/release_memory_occupation",
-                                            "the worker runs without the memory saver, so the release freed "
-                                            "nothing (set engine.memory_saver: true)")
+                        raise WorkerRefused(w.endpoint, "the worker runs without the memory saver, so the "
+                                            "release freed nothing (set engine.memory_saver: true)",
+                                            path="/release_memory_occupation")
                     return WorkerLeft(slot)
                 except WorkerError as e:
                     log.warning("slot %s could not release memory (%s); killing it", slot, e)

@@ -35,7 +35,7 @@ def without_saver(cluster, session):
     return InProcessEmulatorLauncher(replace(cluster.engine, memory_saver=False))
 
 
-async def test_a_worker_without_the_memory_saver_is_stopped_on_return(tiny_model_dir):
+async def test_a_worker_without_the_memory_saver_is_stopped_on_return(tiny_model_dir, caplog):
     async with running_cluster(cluster_config(tiny_model_dir), launcher_factory=without_saver) as c:
         await c.admin("/train_begin", {"step": 0})
         await c.admin("/train_finished", {"step": 0})
@@ -45,5 +45,8 @@ async def test_a_worker_without_the_memory_saver_is_stopped_on_return(tiny_model
         await c.admin("/train_begin", {"step": 1})
         assert c.table.training_owns_overlap
         assert not any(c.launcher.alive(s) for s in borrowed), "a worker that freed nothing still runs"
+        # Stopped because its release freed nothing (not by the deadline after some other error).
+        refused = [r.getMessage() for r in caplog.records if "could not release memory" in r.getMessage()]
+        assert len(refused) == 2 and all("runs without the memory saver" in m for m in refused), refused
         assert not [w for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP and w.is_member]
         assert (await c.generate([1, 2, 3], 4))["meta_info"]["completion_tokens"] == 4

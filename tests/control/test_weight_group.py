@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from pearl_sglang.workers.client import WorkerClient
-from pearl_sglang.workers.errors import WorkerError
+from pearl_sglang.workers.errors import status_error
 from tests.control.conftest import cluster_config, running_cluster
 from tests.faults.support import until
 
@@ -105,7 +105,7 @@ async def test_member_that_cannot_join_fails_the_push_with_502(tiny_model_dir, m
 
     async def init(self, url, **kw):
         if kw["rank_offset"] == 2:
-            raise WorkerError(url, "/init_weights_update_group", "HTTP 400: Failed to initialize group")
+            raise status_error(url, 400, b"Failed to initialize group", path="/init_weights_update_group")
         return await real(self, url, **kw)
 
     monkeypatch.setattr(WorkerClient, "init_weight_group", init)
