@@ -5,21 +5,24 @@ second a predicted straggler spends decoding beside other requests (a larger bat
 stalled by their prefills lengthens the step; the others have slack. So while the tail
 lasts, placement changes in two ways:
 
-* a straggler's next turn goes where it finishes soonest (the placement cost: queued
-  prefill, its own prefill and the decode concurrency it joins), with no hysteresis toward
-  the worker that holds its prefix: a re-prefill is paid once, contention on every token;
+* a straggler's next turn stays on the worker that holds its prefix unless another one
+  finishes it much sooner (the placement cost: queued prefill, its own prefill and the
+  decode concurrency it joins, below ``1 / (1 + home_margin)`` of the holder's): a move
+  pays a re-prefill and lands on a worker the estimate calls idle, but measured, the moves
+  of a looser margin bought nothing in a busy pool and cost throughput there;
 * any other request pays, on a worker that holds stragglers, the delay it would impose on
   them: its prefill stalls their decode (``t_prefill`` per token) and its decode adds a
   sequence to their batch (``r * b``), counted once per straggler there and scaled by
   ``weight`` (a straggler's second is worth ``weight`` of another request's second).
 
-So stragglers drift to the least contended workers and the rest of the step's turns
-stay off them while other workers can take them. Pure: the caller passes which
-trajectory is a straggler and how many stragglers each worker holds.
+So the rest of the step's turns stay off the stragglers' workers while other workers can
+take them, and a straggler leaves its worker only for a clearly less contended one. Pure:
+the caller passes which trajectory is a straggler and how many stragglers each worker holds.
 
 Invariants (tested): with no straggler anywhere the costs are the placement costs; a
-straggler's choice is the cheapest worker whatever its prefix holder; another request's
-cost never falls when a straggler is added to a worker.
+straggler's choice costs at most ``1 + home_margin`` times the cheapest and is its prefix
+holder whenever that is within it; another request's cost never falls when a straggler is
+added to a worker.
 """
 from __future__ import annotations
 
@@ -41,12 +44,16 @@ class IsolationConfig:
     weight 2 removed 16% / 0%; weight 8 with tail shares 0.1, 0.2 and 0.3 removed 28-34% /
     20-33%, +2.4-5.9% step throughput; weight 4 or 16, or a straggler share of 0.2, did worse.
     Starting early matters because a trajectory is predicted to be a straggler well before
-    the batch's last tenth (``benchmarks/README.md``, stragglers). Isolation needs a worker
-    with room: in a fixed pool that drains in the tail (16 GPUs) it removed 29%, in one busy
-    94-98% of the rollout (8 GPUs) it cost 1.2% of throughput."""
+    the batch's last tenth (``benchmarks/README.md``, stragglers). ``home_margin``: with
+    none (a straggler's turn to the cheapest worker whatever holds its prefix) isolation
+    cost 1.2% of throughput in a fixed pool busy 94-98% of the rollout (8 GPUs; -4% / 32% of
+    the distance removed, fixed / with borrowing); margins of 0.05, 0.3, 0.6, 1.5 and never
+    moving: -4% / 26%, -2% / 36%, +1% / 31%, +1% / 38%, +0% / 36%; 1.5 on 16 GPUs: 33% / 36%
+    (30% / 28% without). One replay each, so differences of a few points are noise."""
 
     tail_share: float = 0.2
     weight: float = 8.0
+    home_margin: float = 1.5
 
     def validate(self) -> None:
         if not 0 <= self.tail_share < 1:
@@ -54,6 +61,8 @@ class IsolationConfig:
                                 key="straggler_tail_share")
         if not self.weight >= 0:
             raise InvalidConfig(f"isolation weight must be >= 0, got {self.weight}", key="weight")
+        if not self.home_margin >= 0:
+            raise InvalidConfig(f"straggler home margin must be >= 0, got {self.home_margin}", key="home_margin")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ class Isolation:
     straggler: bool
     stragglers_on: Mapping[int, int]
     weight: float = IsolationConfig.weight
+    home_margin: float = IsolationConfig.home_margin
 
 
 def interference_s(rates: CostRates, option: Option, context_tokens: int) -> float:
@@ -84,9 +94,9 @@ def isolated_costs(rates: CostRates, options: Sequence[Option], *, context_token
 
 def choose_colocated_isolated(rates: CostRates, options: Sequence[Option], *, context_tokens: int,
                               isolation: Isolation, margin: float = 0.0, holder: int | None = None) -> int:
-    """Index of the option to use; stragglers ignore the prefix holder's hysteresis."""
+    """Index of the option to use; a straggler's prefix holder keeps it within ``home_margin``."""
     costs = isolated_costs(rates, options, context_tokens=context_tokens, isolation=isolation)
-    return cheapest(options, costs, margin=margin, holder=None if isolation.straggler else holder)
+    return cheapest(options, costs, margin=isolation.home_margin if isolation.straggler else margin, holder=holder)
 
 
 def choose_pair_isolated(rates: CostRates, prefills: Sequence[Option], decodes: Sequence[Option], *,

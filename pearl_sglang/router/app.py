@@ -189,7 +189,8 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
             on_turn_start=st.telemetry.turn_began, on_turn_end=st.telemetry.turn_left,
             isolation=(isolation_for(st.telemetry, share=config.straggler_share,
                                      config=IsolationConfig(tail_share=config.straggler_tail_share,
-                                                           weight=config.straggler_isolation_weight))
+                                                           weight=config.straggler_isolation_weight,
+                                                           home_margin=config.straggler_home_margin))
                        if config.straggler_isolation else no_isolation))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
                                                  timeout_s=min(20.0, config.timeouts.chunk_s), clock=clock))

@@ -96,6 +96,7 @@ class RouterConfig:
     straggler_tail_share: float = IsolationConfig.tail_share
     # A straggler's second of delay over another request's own (the isolation cost term).
     straggler_isolation_weight: float = IsolationConfig.weight
+    straggler_home_margin: float = IsolationConfig.home_margin
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -110,6 +111,8 @@ class RouterConfig:
             raise ValueError("--straggler-tail-share must be in [0, 1)")
         if not self.straggler_isolation_weight >= 0:
             raise ValueError("--straggler-isolation-weight must be >= 0")
+        if not self.straggler_home_margin >= 0:
+            raise ValueError("--straggler-home-margin must be >= 0")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
         self.attached.validate()
@@ -193,6 +196,9 @@ class RouterConfig:
         parser.add_argument("--straggler-isolation-weight", type=float, default=IsolationConfig.weight,
                             help="what a second of a straggler's delay costs, in seconds of another "
                                  "request's own time, when placing other turns")
+        parser.add_argument("--straggler-home-margin", type=float, default=IsolationConfig.home_margin,
+                            help="how much cheaper (relative) another worker must be before a "
+                                 "straggler's turn leaves the worker that holds its prefix")
         Limits.add_cli_args(parser)
 
     @classmethod
@@ -224,4 +230,5 @@ class RouterConfig:
             straggler_share=args.straggler_share, straggler_priority=args.straggler_priority,
             straggler_isolation=args.straggler_isolation, straggler_tail_share=args.straggler_tail_share,
             straggler_isolation_weight=args.straggler_isolation_weight,
+            straggler_home_margin=args.straggler_home_margin,
         )

@@ -2,8 +2,8 @@
 
 ``--straggler-isolation`` turns the step's tail over to its predicted stragglers: once
 ``--straggler-tail-share`` of the step's trajectories look finished (telemetry's
-liveness), a straggler's turn goes to the least contended worker and the other turns
-pay for sharing a worker with stragglers (``core.straggler_isolation``). Before the tail,
+liveness), a straggler's turn leaves its worker for a clearly less contended one and the
+other turns pay for sharing a worker with stragglers (``core.straggler_isolation``). Before the tail,
 or for a request that names no trajectory, placement is the routing policy's own.
 """
 from __future__ import annotations
@@ -30,5 +30,5 @@ def isolation_for(telemetry: TelemetryCollector, *, share: float, config: Isolat
         if view.finished_share < config.tail_share or not view.stragglers:
             return None
         return Isolation(straggler=trajectory in view.stragglers, stragglers_on=view.stragglers_on,
-                         weight=config.weight)
+                         weight=config.weight, home_margin=config.home_margin)
     return isolation

@@ -1,6 +1,6 @@
 """Properties of straggler isolation (``core.straggler_isolation``): without stragglers it is
-plain placement; a straggler's turn goes to the cheapest worker whatever holds its prefix;
-other turns never get cheaper on a worker for a straggler added there, and leave a
+plain placement; a straggler's turn stays with its prefix holder unless another worker is
+cheaper by more than ``home_margin``, and otherwise goes to the cheapest; other turns never get cheaper on a worker for a straggler added there, and leave a
 straggler's worker for an equally loaded one."""
 from __future__ import annotations
 
@@ -27,16 +27,22 @@ def test_without_stragglers_it_is_plain_placement(opts, context, data):
             == choose_colocated(RATES, opts, context_tokens=context, margin=MARGIN, holder=holder))
 
 
-@settings(max_examples=200, deadline=None)
-@given(opts=options(), context=st.integers(0, 40_000), data=st.data())
-def test_a_stragglers_turn_goes_to_the_cheapest_worker_whatever_holds_its_prefix(opts, context, data):
+@settings(max_examples=300, deadline=None)
+@given(opts=options(), context=st.integers(0, 40_000), home_margin=st.sampled_from([0.0, 0.5, 1.5, 10.0]),
+       data=st.data())
+def test_a_straggler_leaves_its_prefix_holder_only_for_a_clearly_cheaper_worker(opts, context, home_margin, data):
     holder = data.draw(st.sampled_from([None] + [o.slot for o in opts]))
     on = {o.slot: data.draw(st.integers(0, 3)) for o in opts}
-    i = choose_colocated_isolated(RATES, opts, context_tokens=context,
-                                  isolation=Isolation(straggler=True, stragglers_on=on), margin=MARGIN,
+    isolation = Isolation(straggler=True, stragglers_on=on, home_margin=home_margin)
+    i = choose_colocated_isolated(RATES, opts, context_tokens=context, isolation=isolation, margin=MARGIN,
                                   holder=holder)
-    costs = colocated_costs(RATES, opts, context)
-    assert costs[i] == min(costs)
+    costs = colocated_costs(RATES, opts, context)  # a straggler pays no isolation penalty
+    assert costs[i] <= min(costs) * (1 + home_margin)
+    at = [k for k, o in enumerate(opts) if o.slot == holder]
+    if at and costs[at[0]] <= min(costs) * (1 + home_margin):
+        assert i == at[0], "the prefix holder is within the margin: the straggler stays"
+    else:
+        assert costs[i] == min(costs), "away from home, the cheapest worker"
 
 
 @settings(max_examples=200, deadline=None)
@@ -61,12 +67,15 @@ def test_other_turns_leave_a_stragglers_worker_and_the_straggler_leaves_its_busy
     assert choose_colocated(RATES, opts, context_tokens=8_000, margin=MARGIN, holder=0) == 0
     assert choose_colocated_isolated(RATES, opts, context_tokens=8_000, isolation=Isolation(False, on),
                                      margin=MARGIN, holder=0) != 0
-    # The straggler itself (prefix on 0, which is busier than 2 by one sequence) moves to
-    # the least contended worker once a re-prefill there costs less than the contention.
-    busy = [Option(slot=0, load=WorkerLoad(running=40), matched_tokens=8_000), Option(slot=1, load=WorkerLoad())]
-    assert choose_colocated(RATES, busy, context_tokens=8_000, margin=10.0, holder=0) == 0
-    assert choose_colocated_isolated(RATES, busy, context_tokens=8_000, isolation=Isolation(True, {0: 1}),
-                                     margin=10.0, holder=0) == 1
+    # The straggler itself (prefix on 0) stays while 0 is only somewhat busier than an idle
+    # worker, and moves once a re-prefill there costs well under the contention at home.
+    for running, moves in ((4, False), (120, True)):
+        busy = [Option(slot=0, load=WorkerLoad(running=running), matched_tokens=8_000),
+                Option(slot=1, load=WorkerLoad())]
+        assert choose_colocated(RATES, busy, context_tokens=8_000, margin=10.0, holder=0) == 0
+        chosen = choose_colocated_isolated(RATES, busy, context_tokens=8_000, margin=10.0, holder=0,
+                                           isolation=Isolation(True, {0: 1}, home_margin=1.5))
+        assert chosen == (1 if moves else 0), running
 
 
 def test_pd_stragglers_prefill_on_idle_prefill_workers_and_others_keep_off_their_decodes():
@@ -87,3 +96,5 @@ def test_config_is_validated():
         IsolationConfig(tail_share=1.0).validate()
     with pytest.raises(InvalidConfig, match="weight"):
         IsolationConfig(weight=-1).validate()
+    with pytest.raises(InvalidConfig, match="home margin"):
+        IsolationConfig(home_margin=-0.1).validate()
