@@ -48,7 +48,7 @@ class IsolationConfig:
     none (a straggler's turn to the cheapest worker whatever holds its prefix) isolation
     cost 1.2% of throughput in a fixed pool busy 94-98% of the rollout (8 GPUs; -4% / 32% of
     the distance removed, fixed / with borrowing); margins of 0.05, 0.3, 0.6, 1.5 and never
-    moving: -4% / 26%, -2% / 36%, +1% / 31%, +1% / 38%, +0% / 36%; 1.5 on 16 GPUs: 33% / 36%
+    moving: -4% / 26%, -2% / 36%, +1% / 31%, +1% / 37%, +0% / 36%; 1.5 on 16 GPUs: 33% / 36%
     (30% / 28% without). One replay each, so differences of a few points are noise."""
 
     tail_share: float = 0.2
