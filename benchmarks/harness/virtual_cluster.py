@@ -37,7 +37,6 @@ class VirtualCluster:
     def __init__(self, clock: Optional[ManualClock] = None) -> None:
         self.clock = clock or ManualClock()
         self.registry = PDRegistry()
-        self.engines: list[Engine] = []
         self._steppers = StepperQueue()
         self._engine_steppers: list[_EngineStepper] = []
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -51,8 +50,11 @@ class VirtualCluster:
         engine.on_wake = lambda: self._steppers.changed(stepper)
         self._steppers.add(stepper)
         self._engine_steppers.append(stepper)
-        self.engines.append(engine)
         return engine
+
+    @property
+    def engines(self) -> list[Engine]:
+        return [s.engine for s in self._engine_steppers]
 
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (max(t, self.clock.now()), next(self._seq), fn))
