@@ -56,7 +56,7 @@ class RouterState:
     utilization: Utilization
     clock: Clock
     session: aiohttp.ClientSession | None = None
-    workers: WorkerClient | None = None  # aborts and control calls to the workers
+    workers: WorkerClient | None = None  # aborts and engine calls (the router's and the control plane's)
     dispatcher: Dispatcher | None = None
     streams_by_client: dict[str, int] | None = None
     control: ControlView | None = None

@@ -58,7 +58,7 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
         phases = PhaseLog(on_record=lambda r: st.metrics.reconfig_seconds.labels(r.operation, r.phase)
                           .observe(r.seconds))
         executor = PlanExecutor(store=st.store, data_plane=RouterDataPlane(st), launcher=launcher,
-                                ops=WorkerClient(st.session), phases=phases, deadlines=cluster.deadlines,
+                                ops=st.workers, phases=phases, deadlines=cluster.deadlines,
                                 snapshot=lambda: control.snapshot,
                                 launch_version=cluster.engine.weight_version,
                                 weights_cpu_backup=cluster.engine.weights_cpu_backup)
@@ -87,7 +87,7 @@ def _registrar(app: web.Application) -> Registrar:
     """Registered workers sync to the control plane's latest snapshot (none in attach
     mode) and drain through the dispatcher's migration."""
     st, control = app[ROUTER], app[CONTROL]
-    return Registrar(store=st.store, ops=WorkerClient(st.session),
+    return Registrar(store=st.store, ops=st.workers,
                      snapshot=lambda: control.orchestrator.snapshot if control.orchestrator is not None else None,
                      drain=RouterDataPlane(st).drain, config=st.config.registration)
 
