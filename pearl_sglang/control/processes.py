@@ -2,7 +2,8 @@
 
 Used by the local launcher, the demo, the tests and the benchmarks. Each server runs in
 its own process group with a parent-death signal, so a crashed or interrupted run does not
-leave servers behind, and ``stop`` ends the whole group (SGLang's scheduler and detokenizer included) by PID.
+leave servers behind, and ``stop`` ends the whole group (SGLang's scheduler and
+detokenizer included) by PID.
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ transfers on its outgoing link, and PD rendezvous timeouts.  It has no asyncio a
 never sleeps: every public call first brings the model up to ``clock.now()``, then acts
 at that instant.  A driver asks ``next_event_time()``, moves the clock there and calls
 ``advance()``; the HTTP shell does that in scaled real time, a benchmark on a
-``ManualClock`` (``benchmarks.harness.virtual_cluster``).  Events are processed at their own model
-time even when the driver is late, so results do not depend on the driver's timing.
+``ManualClock`` (``benchmarks.harness.virtual_cluster``).  Events are processed at their
+own model time even when the driver is late, so results do not depend on the driver's
+timing.
 
 Calls that arrive while the engine is itself running an event (PD callbacks between
 engines in one process) are queued and applied at the same model time.

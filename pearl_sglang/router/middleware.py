@@ -1,7 +1,8 @@
 """Cross-cutting HTTP concerns: typed errors to JSON, authentication, body limits.
 
 No handler ever answers a bare 500: a ``RouterError`` or a worker's failure becomes its
-answer (``answers.py``: its own 4xx/5xx JSON, a worker's 4xx as it came), an aiohttp HTTP exception (unknown path, wrong method) keeps its status with a JSON body,
+answer (``answers.py``: its own 4xx/5xx JSON, a worker's 4xx as it came), an aiohttp HTTP
+exception (unknown path, wrong method) keeps its status with a JSON body,
 and anything unexpected is logged and answered 500 with a JSON message.
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Properties of straggler isolation (``core.straggler_isolation``): without stragglers it is
 plain placement; a straggler's turn stays with its prefix holder unless another worker is
-cheaper by more than ``home_margin``, and otherwise goes to the cheapest; other turns never get cheaper on a worker for a straggler added there, and leave a
-straggler's worker for an equally loaded one."""
+cheaper by more than ``home_margin``, and otherwise goes to the cheapest; other turns never
+get cheaper on a worker for a straggler added there, and leave a straggler's worker for an
+equally loaded one."""
 from __future__ import annotations
 
 import pytest
