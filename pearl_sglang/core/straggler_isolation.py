@@ -49,8 +49,8 @@ class IsolationConfig:
     cost 1.2% of throughput in a fixed pool busy 94-98% of the rollout (8 GPUs; -4% / 32% of
     the distance removed, fixed / with borrowing); margins of 0.05, 0.3, 0.6, 1.5 and never
     moving: -4% / 26%, -2% / 36%, +1% / 31%, +1% / 37%, +0% / 36%; 1.5 on 16 GPUs: 33% / 36%
-    (30% / 28% without). All on one workload draw (seed 0); over three draws isolation
-    removes 15-16% with borrowing and costs 3.4% of throughput in the busy fixed pool
+    (30% / 28% without). All on one workload draw (seed 0); on two other draws isolation
+    removes 5-7% with borrowing and costs 5.3% of throughput in the busy fixed pool
     (``benchmarks/README.md``), so differences of a few points in one draw are its luck."""
 
     tail_share: float = 0.2
