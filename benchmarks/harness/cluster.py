@@ -58,7 +58,7 @@ class Cluster:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while loop.time() < deadline:
-            growth = self.control._growth  # noqa: SLF001 - tests observe the shell
+            growth = self.control.growths.current
             moving = [w for w in self.table.rollout_workers()
                       if w.activity in (Activity.JOINING, Activity.LEAVING)
                       or (w.activity is Activity.SWITCHING and not w.held)]

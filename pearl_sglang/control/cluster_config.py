@@ -35,6 +35,7 @@ from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
 from pearl_sglang.core.mode_feedback import ModeFeedback
 from pearl_sglang.core.pd_mode import AUTO, COLOCATED, PdMode
+from pearl_sglang.core.policy import DecisionConfig
 from pearl_sglang.core.pool_usage import UsageThresholds
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import ProfileFit
@@ -288,6 +289,15 @@ class ClusterConfig:
         if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
             raise ConfigError(f"routing_policy must be one of {', '.join(ROUTING_POLICIES)}, "
                               f"got {self.routing_policy!r}")
+
+    @property
+    def decisions(self) -> DecisionConfig:
+        """The part of the configuration the control core decides with."""
+        if self.profile is None:
+            raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
+        return DecisionConfig(profile=self.profile, pd_mode=self.pd_mode, makespan_model=self.makespan_model,
+                              profile_fit=self.profile_fit, thresholds=self.thresholds, borrow=self.gate.borrow,
+                              gated=self.gate.enabled, usage=self.gate.usage)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ClusterConfig":

@@ -27,7 +27,8 @@ from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.data_plane import DataPlane
 from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.control.weights import WeightSnapshot, sync_worker
+from pearl_sglang.control.weights import sync_worker
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.events import (
     Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
 )

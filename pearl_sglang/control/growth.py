@@ -1,48 +1,71 @@
 """Growing the cluster to a plan's target, and getting back to it after a growth stopped short.
 
-A mixin of ``Orchestrator`` (it uses its lock, store, executor and planning). A growth is
-the switches and additions of one wave, run in the background and admitted together or
-not at all (``_grow``); a PD group whose probe failed is re-planned after each back-off
-(``_grow_with_retries``); one growth runs at a time, and an event that needs the GPUs
-cancels it (``_cancel_growth``). A growth that stopped (a worker that would not start, a failed weight sync, PD probes that kept
-failing) is planned again after a back-off, as an ordinary event, until the table has its
-target; and when nothing serves at all, the workers of a failed group that did start are
-admitted instead of being thrown away with it.
+A growth is the switches and additions of one wave, run in the background and admitted
+together or not at all (``_grow``); a PD group whose probe failed is re-planned after each
+back-off (``grow_with_retries``); one growth runs at a time, and an event that needs the
+GPUs cancels it (``cancel``). A growth that stopped (a worker that would not start, a
+failed weight sync, PD probes that kept failing) is planned again after a back-off, as an
+ordinary event, until the table has its target; and when nothing serves at all, the
+workers of a failed group that did start are admitted instead of being thrown away with
+it. Plans come from the control shell (``Planning``): every decision is the core's.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pearl_sglang.aio import gather_settled
-from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed
+from pearl_sglang.control.cluster_config import RecoveryConfig
+from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
 from pearl_sglang.control.expansions import Expansion, Growth, left_unknown
 from pearl_sglang.control.launchers import LaunchError
+from pearl_sglang.control.weight_pushes import WeightLoading
 from pearl_sglang.control.weights import NoDiskCopy
+from pearl_sglang.core.control import ControlState, Effects, Event, GrowthBegun, GrowthEnded
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.core.waves import Wave
 from pearl_sglang.workers.errors import WorkerError
 
-if TYPE_CHECKING:
-    from pearl_sglang.control.orchestrator import Orchestrator
-
 log = logging.getLogger("pearl.control")
 
 
-class Growing:
-    async def _grow(self: "Orchestrator", wave: Wave, operation: str) -> list[int]:
+class Planning(Protocol):
+    """What a growth needs from the control shell: its lock, the core's state and events,
+    and the next wave of a plan (begun on the table)."""
+
+    lock: asyncio.Lock
+    state: ControlState
+
+    def on(self, event: Event) -> Effects: ...
+
+    async def begin(self, operation: str, *, borrow: bool) -> Wave:
+        """Decide and begin the first wave of a plan; the caller holds ``lock``."""
+
+    async def next_wave(self, done: Wave, operation: str) -> Wave:
+        """Begin the next wave of a staged change (takes ``lock``)."""
+
+
+class Growths:
+    def __init__(self, *, shell: Planning, executor: PlanExecutor, weights: WeightLoading,
+                 recovery: RecoveryConfig) -> None:
+        self.shell, self.executor, self.store = shell, executor, executor.store
+        self.weights, self.recovery = weights, recovery
+        self.current: Expansion | None = None
+        self._expansions = 0
+        self._replan: asyncio.Task | None = None
+        self._replans = 0  # growths in a row that stopped short: indexes the back-off
+
+    async def _grow(self, wave: Wave, operation: str) -> list[int]:
         """Switches and additions of ``wave``; admitted together, or the additions cancelled."""
-        self._intent = {"operation": operation, "plan": wave.plan.to_dict()}
-        self._persist()
+        self.shell.on(GrowthBegun(operation, wave.plan))
         try:
             return await self._grow_now(wave, operation)
         finally:
-            self._intent = None
-            self._persist()
+            self.shell.on(GrowthEnded())
 
-    async def _grow_now(self: "Orchestrator", wave: Wave, operation: str) -> list[int]:
+    async def _grow_now(self, wave: Wave, operation: str) -> list[int]:
         table, p = self.store.table, wave.plan
         # A deferred worker held because the wave took its partner stays held until its own wave.
         later = {c.slot for c in wave.deferred}
@@ -71,9 +94,9 @@ class Growing:
             log.warning("%s: %s; cancelling the group", operation, e)
             await self.executor.cancel_group([a.slot for a in adds] + switching, reached=list(results))
             raise
-        async with self._pushing:
+        async with self.weights.lock:
             try:
-                ready = await self._catch_up(list(results))
+                ready = await self.weights.catch_up(list(results), self.shell.state.snapshot)
             except (WorkerError, NoDiskCopy) as e:
                 log.warning("%s: could not load the latest weights before admission (%s); cancelling the group",
                             operation, e)
@@ -82,11 +105,11 @@ class Growing:
             await self.executor.admit(ready, operation)
         return [a.slot for a in adds]
 
-    async def _grow_with_retries(self: "Orchestrator", wave: Wave, operation: str) -> Growth:
+    async def grow_with_retries(self, wave: Wave, operation: str) -> Growth:
         """``_grow`` wave after wave until the target is reached; after a failed PD probe
         (group cancelled), wait each back-off delay and re-plan, which relaunches the
         cancelled workers and pairs them anew."""
-        backoff = self.config.recovery.pd_probe_backoff_s
+        backoff = self.recovery.pd_probe_backoff_s
         admitted: list[int] = []
         waves: list[dict[str, Any]] = []
         attempt = 0
@@ -98,7 +121,7 @@ class Growing:
                 if not wave.staged:
                     self._replans = 0
                     return Growth(tuple(admitted), waves=tuple(waves))
-                wave = await self._next_wave(wave, operation)
+                wave = await self.shell.next_wave(wave, operation)
             except PdProbeFailed as e:
                 reason = str(e)
                 if attempt == len(backoff):
@@ -106,8 +129,8 @@ class Growing:
                     break
                 await asyncio.sleep(backoff[attempt])
                 attempt += 1
-                async with self._lock:
-                    wave = await self._begin(f"{operation}_pd_retry", borrow=self.borrowing)
+                async with self.shell.lock:
+                    wave = await self.shell.begin(f"{operation}_pd_retry", borrow=self.shell.state.borrowing)
             except (CoreError, ActivationFailed, LaunchError, WorkerError) as e:
                 reason = str(e)
                 log.warning("%s growth stopped: %s", operation, e)
@@ -119,23 +142,23 @@ class Growing:
         self._schedule_replan(operation)
         return Growth(tuple(admitted), reason=reason, waves=tuple(waves))
 
-    def _start_growth(self: "Orchestrator", wave: Wave, operation: str) -> Expansion:
+    def start(self, wave: Wave, operation: str) -> Expansion:
         self._expansions += 1
-        self._growth = Expansion(self._expansions, operation,
-                                 asyncio.ensure_future(self._grow_with_retries(wave, operation)))
-        return self._growth
+        self.current = Expansion(self._expansions, operation,
+                                 asyncio.ensure_future(self.grow_with_retries(wave, operation)))
+        return self.current
 
-    async def _regrow(self: "Orchestrator", event: str, operation: str, *, borrow: bool) -> Expansion:
+    async def regrow(self, event: str, operation: str, *, borrow: bool) -> Expansion:
         """Replace the growth in flight by one planned for ``event`` (one growth at a
-        time); the caller holds ``_lock``."""
-        await self._cancel_growth(by=event)
-        wave = await self._begin(event, borrow=borrow)
-        return self._start_growth(wave, operation)
+        time); the caller holds the shell's lock."""
+        await self.cancel(by=event)
+        wave = await self.shell.begin(event, borrow=borrow)
+        return self.start(wave, operation)
 
-    async def _cancel_growth(self: "Orchestrator", *, by: str) -> None:
-        """Cancel the growth in flight on behalf of event ``by``. Callers hold ``_lock``
-        and begin their own growth before letting go of it, which ``follow`` relies on."""
-        growth, self._growth = self._growth, None
+    async def cancel(self, *, by: str) -> None:
+        """Cancel the growth in flight on behalf of event ``by``. Callers hold the shell's
+        lock and begin their own growth before letting go of it, which ``follow`` relies on."""
+        growth, self.current = self.current, None
         if growth is None or growth.task.done():
             return
         growth.superseded_by = by
@@ -146,39 +169,47 @@ class Growing:
             await self.executor.cancel_group(stuck)
         await self.executor.drop_dead_switches()
 
-    def _schedule_replan(self: "Orchestrator", operation: str) -> None:
+    async def close(self) -> None:
+        """Shutdown: no re-plan, and the growth in flight cancelled."""
+        if self._replan is not None:
+            self._replan.cancel()
+            await asyncio.gather(self._replan, return_exceptions=True)
+        await self.cancel(by="shutdown")
+
+    def _schedule_replan(self, operation: str) -> None:
         """A growth that stopped short of its target is planned again after a back-off
         (the delays of ``recovery.growth_backoff_s``, then the last one for good), so the
         cluster climbs back without waiting for the next admin call. Each attempt is an
         ordinary event: it re-plans on the table as it is then, and does nothing when the
         table already has its target."""
-        backoff = self.config.recovery.growth_backoff_s
+        backoff = self.recovery.growth_backoff_s
         delay = backoff[min(self._replans, len(backoff) - 1)]
         self._replans += 1
         if self._replan is not None and not self._replan.done():
             self._replan.cancel()
         self._replan = asyncio.ensure_future(self._replan_after(delay, operation))
 
-    async def _replan_after(self: "Orchestrator", delay: float, operation: str) -> None:
+    async def _replan_after(self, delay: float, operation: str) -> None:
         await asyncio.sleep(delay)
-        async with self._lock:
-            if self._growth is not None and not self._growth.task.done():
+        async with self.shell.lock:
+            if self.current is not None and not self.current.task.done():
                 return  # an event re-planned meanwhile
-            wave = await self._begin(f"{operation}_replan", borrow=self.borrowing and not self.training)
+            state = self.shell.state
+            wave = await self.shell.begin(f"{operation}_replan", borrow=state.borrowing and not state.training)
             if not wave.plan.add and not any(w.activity is Activity.SWITCHING and not w.held
                                      for w in self.store.table.rollout_workers()):
                 self._replans = 0
                 return
             log.info("%s: re-planning after %.0fs (attempt %d)", operation, delay, self._replans)
-            self._start_growth(wave, operation)
+            self.start(wave, operation)
 
-    def _servable_alone(self: "Orchestrator", ready: list) -> bool:
+    def _servable_alone(self, ready: list) -> bool:
         """Whether workers that did start form a topology by themselves (colocated ones,
         or at least one prefill and one decode)."""
         roles = {self.store.table.worker(e.slot).role for e in ready}
         return Role.COLOCATED in roles or {Role.PREFILL, Role.DECODE} <= roles
 
-    async def _admit_what_started(self: "Orchestrator", adds: list, results: list, operation: str) -> None:
+    async def _admit_what_started(self, adds: list, results: list, operation: str) -> None:
         """All-or-nothing admission exists to keep a serving cluster coherent; when
         nothing serves, the workers that started are admitted (their failed peers are
         stopped) rather than thrown away, and a re-plan brings up the rest."""
@@ -189,8 +220,8 @@ class Growing:
         await self.executor.cancel_group(failed)
         try:
             await self.executor.verify_pd(started)
-            async with self._pushing:
-                ready = await self._catch_up(started)
+            async with self.weights.lock:
+                ready = await self.weights.catch_up(started, self.shell.state.snapshot)
                 await self.executor.admit(ready, operation)
         except (ActivationFailed, WorkerError, NoDiskCopy) as err:
             log.warning("%s: the workers that started cannot serve either (%s); cancelling them", operation, err)

@@ -1,67 +1,79 @@
-"""The elastic control plane: every event goes budget -> decision -> plan -> executor.
+"""The elastic control plane's async shell: every event goes budget -> decision -> plan -> executor.
 
-Events (train_begin, train_finished, GPUs join, GPUs leave) are serialized by one lock:
-each updates the table, asks the decision engine for a target under the new budget,
-turns it into a minimal-change plan and begins it (``BeginPlan``), all on the current
-snapshot, so concurrent events never act on stale state. Execution is asynchronous.
-Mandatory work (returning training GPUs, giving back reclaimed GPUs) is awaited before
-the event answers and first cancels optional growth in flight (borrowing, expansion);
-optional growth runs in the background and admits its workers all at once or not at all.
-A colocated <-> PD change is begun in waves that keep the old topology serving while the
-first new workers start (staged_changes.py); each wave is such an all-or-nothing growth
-(growth.py).
-Callers that wait for a growth follow it to the growth that superseded it (expansions.py).
+Events (train_begin, train_finished, GPUs join, GPUs leave, weight pushes, the PD-mode
+override) are serialized by one lock. Each hands the pure core (``core.control``) what it
+observes and carries out what the core answers: the core owns the control state and
+every decision (the target under the new budget, the borrowing gate, the wave of a
+minimal-change plan to begin, what a step taught); this shell owns the I/O between them,
+so concurrent events never act on stale state. Execution is asynchronous. Mandatory work
+(returning training GPUs, giving back reclaimed GPUs) is awaited before the event answers
+and first cancels optional growth in flight (borrowing, expansion); optional growth runs
+in the background and admits its workers all at once or not at all (``growth.py``). A
+colocated <-> PD change is begun in waves that keep the old topology serving while the
+first new workers start (``core/waves.py``). Callers that wait for a growth follow it to
+the growth that superseded it (``expansions.py``).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import deque
-from dataclasses import replace
+from dataclasses import asdict
 from typing import Any, Callable
 
 from pearl_sglang.aio import gather_settled
-from pearl_sglang.control import policy
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.control.executor import PlanExecutor
-from pearl_sglang.control.expansions import Expansion, follow, join_answer, readied_on
-from pearl_sglang.control.growth import Growing
+from pearl_sglang.control.expansions import follow, join_answer, readied_on
+from pearl_sglang.control.growth import Growths
 from pearl_sglang.control.idempotency import OnceByRequestId
 from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
-from pearl_sglang.control.staged_changes import StagedChanges
-from pearl_sglang.control.weight_group import WeightGroups
-from pearl_sglang.control.weight_pushes import WeightPushes
-from pearl_sglang.control.weights import WeightSnapshot
-from pearl_sglang.core.decision import Decision
+from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs, WeightGroups
+from pearl_sglang.control.weight_pushes import WeightLoading
+from pearl_sglang.core.control import (
+    Answer, BeginTraining, BeginWave, ControlState, Decide, Decided, Effects, Event, FinishTraining, GateAsked,
+    Logged, NextWave, Noted, OverlapReturned, PdModeSet, Persist, PushAdopted, Recovered, Seen, StepClosed,
+    Steps, on_event,
+)
 from pearl_sglang.core.events import (
-    GpusJoin, GpusLeave, TrainBegin, TrainFinished, WorkerLost,
+    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerLost,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.pd_mode import PdMode
-from pearl_sglang.core.planner import plan
-from pearl_sglang.core.pool_usage import pool_usage
-from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.step_learning import StepLearning
-from pearl_sglang.core.step_model import MakespanModel, StepContext
-from pearl_sglang.core.state import Activity, OverlapOwner, StateTable, Zone
-from pearl_sglang.core.telemetry import ProfileFit, ProfileTracker, fitted_symbols
-from pearl_sglang.core.topology import Mode, Topology
+from pearl_sglang.core.step_model import MakespanModel
+from pearl_sglang.core.telemetry import ProfileTracker
 from pearl_sglang.core.waves import Wave
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 
 log = logging.getLogger("pearl.control")
 
 
-class OutOfOrder(RuntimeError):
-    """A call that contradicts the training state (two train_begin, finished without begin)."""
+def initial_state(config: ClusterConfig) -> ControlState:
+    """Nothing learned yet; until the trainer pushes, the launch checkpoint is the
+    snapshot to (re)load from."""
+    gate = config.gate
+    snapshot = WeightSnapshot(version=config.engine.weight_version, model_path=config.engine.model_path or None)
+    return ControlState(
+        config=config.decisions,
+        learning=StepLearning(
+            model=MakespanModel.parse(config.makespan_model), tracker=ProfileTracker(alpha=gate.alpha),
+            gate=LearningGate(ToggleCostEstimator(initial_s=gate.toggle_cost_s, alpha=gate.alpha),
+                              Exploration(rate=gate.exploration_rate,
+                                          max_benefit_ratio=gate.explore_max_benefit_ratio)),
+            modes=ModeCorrection(config.mode_feedback), time_scale=config.time_scale),
+        snapshot=snapshot,
+        pushes=PushLog.start(snapshot.version, max_staleness=config.weights.max_staleness))
 
 
-class Orchestrator(WeightPushes, Growing, StagedChanges):
+class Orchestrator:
     def __init__(self, *, config: ClusterConfig, executor: PlanExecutor, state_file: StateFile | None = None,
                  on_decision: Callable[[dict[str, Any]], None] = lambda d: None) -> None:
         self.config = config
@@ -69,41 +81,92 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         self.store = executor.store
         self.phases: PhaseLog = executor.phases
         self.on_decision = on_decision
-        # The profile fit, the gate's toggle cost, the per-mode correction and the record of
-        # predicted vs observed steps, learned at each train_begin (core.step_learning).
-        self.learning = StepLearning(
-            model=MakespanModel.parse(config.makespan_model), tracker=ProfileTracker(alpha=config.gate.alpha),
-            gate=LearningGate(
-                ToggleCostEstimator(initial_s=config.gate.toggle_cost_s, alpha=config.gate.alpha),
-                Exploration(rate=config.gate.exploration_rate,
-                            max_benefit_ratio=config.gate.explore_max_benefit_ratio)),
-            modes=ModeCorrection(config.mode_feedback), time_scale=config.time_scale)
-        # Until the trainer pushes, the launch checkpoint is the snapshot to (re)load from.
-        self.snapshot = WeightSnapshot(version=config.engine.weight_version,
-                                       model_path=config.engine.model_path or None)
-        # Adopted pushes, numbered: the router keeps workers too far behind out of routing.
-        self.pushes = PushLog.start(self.snapshot.version, max_staleness=config.weights.max_staleness)
+        self.state = initial_state(config)
         self.groups = WeightGroups(executor.ops, init_timeout_s=config.weights.group_init_timeout_s)
+        self.weights = WeightLoading(executor, self.groups)
+        self.growths = Growths(shell=self, executor=executor, weights=self.weights, recovery=config.recovery)
         self.decisions: deque[dict[str, Any]] = deque(maxlen=50)
-        self.borrowing = False
-        self._borrowed_since: float | None = None  # shell-clock time of the last borrow
-        self._overruled = False  # the pool-usage check kept the step in progress unborrowed
-        self.training = False
-        self._lock = asyncio.Lock()
-        self._growth: Expansion | None = None
-        self._expansions = 0
-        self._pushing = asyncio.Lock()  # weight pushes and admissions (weight_pushes.py)
-        self._replan: asyncio.Task | None = None
-        self._replans = 0  # growths in a row that stopped short: indexes the back-off
+        self.lock = asyncio.Lock()
         self._once = OnceByRequestId().run
-        self.last_step: dict[str, int | None] = {"begin": None, "finished": None}
         self.state_file = state_file
-        self._intent: dict[str, Any] | None = None
         self.recovery: dict[str, Any] | None = None
         self.store.on_change(lambda old, new: self._persist())
         watch = getattr(executor.launcher, "watch", None)
         if watch is not None:
             watch(self._persist)
+
+    # -- the core ------------------------------------------------------------------------
+    def on(self, event: Event, *, now: float | None = None) -> Effects:
+        """Hand the core ``event`` with what this shell sees now; carry out the effects
+        that need no waiting and return them all (the caller begins waves, answers)."""
+        now = asyncio.get_running_loop().time() if now is None else now
+        seen = Seen(self.store.table, now, lambda: tuple(self.executor.data_plane.turns_done(now)))
+        self.state, effects = on_event(self.state, event, seen)
+        for effect in effects:
+            if isinstance(effect, Persist):
+                self._persist()
+            elif isinstance(effect, Decided):
+                self.decisions.append(effect.record)
+                self.on_decision(effect.record)
+            elif isinstance(effect, Noted):
+                self.decisions.append(effect.record)
+            elif isinstance(effect, Logged):
+                getattr(log, effect.level)("%s", effect.message)
+        return effects
+
+    async def begin(self, operation: str, *, borrow: bool) -> Wave:
+        """Decide and begin the first wave of a plan on the current snapshot; the caller
+        holds ``lock``."""
+        return await self._begin_wave(self.on(Decide(operation, borrow)))
+
+    async def next_wave(self, done: Wave, operation: str) -> Wave:
+        """The rest of a staged change. An event that arrives meanwhile cancels the
+        growth while it waits for the lock, and re-plans itself."""
+        async with self.lock:
+            return await self._begin_wave(self.on(NextWave(done, operation)))
+
+    async def _begin_wave(self, effects: Effects) -> Wave:
+        wave = next(e.wave for e in effects if isinstance(e, BeginWave))
+        await self.store.apply([BeginPlan(wave.plan)])
+        return wave
+
+    @staticmethod
+    def _answer(effects: Effects) -> dict[str, Any] | None:
+        return next((e.body for e in effects if isinstance(e, Answer)), None)
+
+    # -- what tests and /pearl/state read ------------------------------------------------
+    @property
+    def training(self) -> bool:
+        return self.state.training
+
+    @property
+    def borrowing(self) -> bool:
+        return self.state.borrowing
+
+    @property
+    def last_step(self) -> dict[str, int | None]:
+        return self.state.steps.to_dict()
+
+    @property
+    def learning(self) -> StepLearning:
+        return self.state.learning
+
+    @property
+    def snapshot(self) -> WeightSnapshot:
+        return self.state.snapshot
+
+    @property
+    def pushes(self) -> PushLog:
+        return self.state.pushes
+
+    @property
+    def tracker(self) -> ProfileTracker:
+        """The profile fit (a new object with each fit: the router reprices placement on it)."""
+        return self.state.learning.tracker
+
+    def profile(self) -> Profile:
+        """The configured profile with the symbols telemetry has identified replaced."""
+        return self.state.profile()
 
     # -- crash safety --------------------------------------------------------------------
     def _persist(self) -> None:
@@ -115,10 +178,11 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
                    for w in self.store.table.rollout_workers()}
         for slot in getattr(launcher, "slots", tuple)():  # started, not yet in the table's view
             workers.setdefault(str(slot), {"endpoint": None, "pid": pid(slot)})
+        st = self.state
         self.state_file.save(ControlRecord(
-            table=self.store.table.to_dict(), snapshot=self.snapshot.to_dict(), training=self.training,
-            borrowing=self.borrowing, last_step=dict(self.last_step), workers=workers, intent=self._intent,
-            pushes=self.pushes.to_dict()))
+            table=self.store.table.to_dict(), snapshot=st.snapshot.to_dict(), training=st.training,
+            borrowing=st.borrowing, last_step=st.steps.to_dict(), workers=workers, intent=st.intent,
+            pushes=st.pushes.to_dict()))
 
     async def _recover(self, record: ControlRecord) -> None:
         """Restart path: reconcile the recorded table with reality, then finish or roll
@@ -128,77 +192,17 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         for slot, pid in result.adopted.items():
             if adopt is not None:
                 adopt(slot, pid)
-        self.snapshot = WeightSnapshot.from_dict(record.snapshot)
-        reported = tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))
-        max_staleness = self.config.weights.max_staleness
-        self.pushes = (PushLog.from_dict(record.pushes, max_staleness=max_staleness, also=reported)
-                       if record.pushes else
-                       PushLog.start(self.snapshot.version, max_staleness=max_staleness, also=reported))
-        self.training, self.borrowing = record.training, record.borrowing
-        self.last_step = dict(record.last_step)
+        self.on(Recovered(
+            snapshot=WeightSnapshot.from_dict(record.snapshot), pushes=record.pushes, training=record.training,
+            borrowing=record.borrowing, steps=Steps(**record.last_step),
+            reported=tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))))
         self.recovery = {"intent": record.intent, "notes": result.notes}
-        async with self._lock:
+        async with self.lock:
             async with self.store.lock:
                 self.store.replace_locked(result.table)
             await self._deactivate_leaving("recovery", self.config.deadlines.train_begin_s)
-            wave = await self._begin("recovery", borrow=self.borrowing and not self.training)
-        await self._grow_with_retries(wave, "recovery")
-
-    # -- inputs of decisions -------------------------------------------------------------
-    @property
-    def tracker(self) -> ProfileTracker:
-        """The profile fit (a new object with each fit: the router reprices placement on it)."""
-        return self.learning.tracker
-
-    def profile(self) -> Profile:
-        """The configured profile with the symbols telemetry has identified replaced (all,
-        or the workload's alone: ``profile_fit``)."""
-        return replace(self.config.profile, **fitted_symbols(self.learning.tracker.estimate,
-                                                             ProfileFit(self.config.profile_fit)))
-
-    def _available(self, *, borrow: bool) -> frozenset[str]:
-        table = self.store.table
-        if borrow and table.overlap_owner is OverlapOwner.ROLLOUT:
-            return table.available_gpus()
-        return frozenset(table.dedicated_gpus)
-
-    def _context(self, *, fresh: bool) -> StepContext:
-        """Where the rollout step stands: at its start a fresh batch; mid-step the turns
-        each trajectory has done (the data plane's telemetry) and the time it has run."""
-        if fresh or self.learning.started_at is None:
-            return self.learning.context()
-        now = asyncio.get_running_loop().time()
-        return self.learning.context(now=now, turns_done=tuple(self.executor.data_plane.turns_done(now)),
-                                     profile=self.profile())
-
-    def _decide(self, operation: str, budget: int) -> Decision | None:
-        if budget == 0:
-            return None
-        lock = relaunch_lock(self.store.table)
-        config = replace(self.config, pd_mode=locked_pd_mode(self.config.pd_mode, lock))
-        # A step's rollout starts with train_begin (staleness one: the next batch starts as
-        # training does); other events decide on the work left of the step in progress.
-        ctx = self._context(fresh=operation in ("bootstrap", "recovery", "train_begin"))
-        profile = self.profile()
-        modes = self.learning.modes
-        decision = policy.target_topology(config, self.store.table, profile, budget, ctx, modes)
-        record = {"operation": operation, "budget": budget, "makespan_model": config.makespan_model,
-                  "mode_factors": {m.value: modes.factor(m) for m in Mode}, **decision.to_dict()}
-        if lock is not None:
-            record["mode_lock"] = lock.to_dict()
-        self.decisions.append(record)
-        self.learning = self.learning.predicted(profile, decision.choice, ctx)
-        self.on_decision(record)
-        return decision
-
-    async def _begin(self, operation: str, *, borrow: bool) -> Wave:
-        """Decide and begin the first wave of a plan on the current snapshot; the caller
-        holds ``_lock``."""
-        available = self._available(borrow=borrow)
-        budget = self.store.table.budget(available)
-        decision = self._decide(operation, budget)
-        target = decision.choice if decision else Topology(0, 0, 0)
-        return await self._begin_wave(operation, plan(self.store.table, target, available=available))
+            wave = await self.begin("recovery", borrow=self.state.borrowing and not self.state.training)
+        await self.growths.grow_with_retries(wave, "recovery")
 
     # -- execution -------------------------------------------------------------------------
     async def _deactivate_leaving(self, operation: str, deadline_s: float) -> list[int]:
@@ -228,9 +232,9 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
         if record is not None:
             await self._recover(record)
             return [w.slot for w in self.store.table.active()]
-        async with self._lock:
-            wave = await self._begin("bootstrap", borrow=False)
-        return list((await self._grow_with_retries(wave, "bootstrap")).admitted)
+        async with self.lock:
+            wave = await self.begin("bootstrap", borrow=False)
+        return list((await self.growths.grow_with_retries(wave, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
         return await self._once("train_begin", request_id, {"step": step}, lambda: self._train_begin(step))
@@ -238,47 +242,25 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
     async def _train_begin(self, step: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        async with self._lock:
-            if self.training and self.last_step["begin"] == step and self.store.table.training_owns_overlap:
-                return {"step": step, "returned_gpus": sorted(self.store.table.overlap_gpus), "elapsed_s": 0.0,
-                        "repeated_step": True}
-            if self.training:
-                raise OutOfOrder(f"train_begin for step {step} while step {self.last_step['begin']} "
-                                 "is still training (call train_finished first)")
-            self.training = True
-            self.last_step["begin"] = step
-            self._persist()
-            # The batch is complete: close the step (its time, telemetry and the prediction
-            # made for it) before deciding the next rollout's topology, which starts now.
-            self._observe_step(started)
-            await self._cancel_growth(by="train_begin")
+        async with self.lock:
+            repeated = self._answer(self.on(BeginTraining(step), now=started))
+            if repeated is not None:
+                return repeated
+            # The batch is complete: close the step before deciding the next rollout's
+            # topology, which starts now.
+            self.on(StepClosed(self.executor.data_plane.close_step()), now=started)
+            await self.growths.cancel(by="train_begin")
             returned = sorted(self.store.table.overlap_gpus)
             if self.store.table.overlap_owner is OverlapOwner.ROLLOUT:
                 await self.store.apply([TrainBegin()])
-            wave = await self._begin("train_begin", borrow=False)
+            wave = await self.begin("train_begin", borrow=False)
             async with self.phases.phase("intra_scale", "return"):
                 await self._deactivate_leaving("intra_scale", self.config.deadlines.train_begin_s)
             if not self.store.table.training_owns_overlap:
                 raise RuntimeError("overlap GPUs still held after deactivation")
-            self.borrowing = False
-            self._start_growth(wave, "train_begin")
+            self.on(OverlapReturned())
+            self.growths.start(wave, "train_begin")
         return {"step": step, "returned_gpus": returned, "elapsed_s": loop.time() - started}
-
-    def _observe_step(self, now: float) -> None:
-        step = self.executor.data_plane.close_step()
-        lent_for = None
-        if self.borrowing:
-            lent_for = step.span_s if self._borrowed_since is None else now - self._borrowed_since
-        members = self.store.table.members()
-        usage = pool_usage(dict(step.worker_busy_s), span_s=step.span_s, borrowed_for_s=lent_for,
-                           dedicated=[w.slot for w in members if w.zone is Zone.DEDICATED],
-                           borrowed=[w.slot for w in members if w.zone is Zone.OVERLAP])
-        self.learning, warning = self.learning.close(step.scaled(self.config.time_scale), now=now,
-                                                     borrowed=self.borrowing, number=self.last_step["finished"],
-                                                     usage=usage, teaches_toggle_cost=not self._overruled)
-        self._overruled = False
-        if warning:
-            log.warning("%s", warning)
 
     async def train_finished(self, *, step: int, remaining: float | None = None,
                              request_id: str | None = None) -> dict[str, Any]:
@@ -286,38 +268,15 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
                                 lambda: self._train_finished(step, remaining))
 
     async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
-        async with self._lock:
-            if not self.training and self.last_step["finished"] == step:
-                return {"step": step, "borrowing": self.borrowing, "reason": "already finished",
-                        "repeated_step": True}
-            if not self.training:
-                raise OutOfOrder(f"train_finished for step {step} without a train_begin")
-            if step != self.last_step["begin"]:
-                raise OutOfOrder(f"train_finished for step {step}, but step {self.last_step['begin']} is training")
-            self.training = False
-            self.last_step["finished"] = step
+        async with self.lock:
+            repeated = self._answer(self.on(FinishTraining(step)))
+            if repeated is not None:
+                return repeated
             await self.store.apply([TrainFinished()])
-            borrow, reason = self._gate(remaining)
-            self.borrowing = borrow
-            self._borrowed_since = asyncio.get_running_loop().time() if borrow else None
-            self._persist()
-            if borrow:
-                await self._regrow("train_finished", "intra_scale", borrow=True)
-        return {"step": step, "borrowing": borrow, "reason": reason}
-
-    def _gate(self, remaining: float | None) -> tuple[bool, str]:
-        usage = self.learning.usage
-        ok, reason, decision = policy.borrow(self.config, self.store.table, self.profile(),
-                                             toggle_cost_s=self.learning.gate.toggle_cost_s, remaining=remaining,
-                                             ctx=self._context(fresh=False), usage=usage)
-        if decision is not None:
-            gate, choice = self.learning.gate.choose(decision)
-            self.learning = replace(self.learning, gate=gate)
-            ok, reason = choice.borrow, choice.reason
-            self._overruled = decision.overruled is not None and not choice.explored
-            self.decisions.append({"operation": "borrow_gate", **choice.to_dict(),
-                                   "pool_usage": None if usage is None else usage.to_dict()})
-        return ok, reason
+            answer = self._answer(self.on(GateAsked(remaining)))
+            if answer["borrowing"]:
+                await self.growths.regrow("train_finished", "intra_scale", borrow=True)
+        return {"step": step, **answer}
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
         return await self._once("gpus_join", request_id, {"gpus": list(gpus)}, lambda: self._gpus_join(gpus))
@@ -325,11 +284,11 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
     async def _gpus_join(self, gpus: tuple[str, ...]) -> dict[str, Any]:
         """Answers once the growth that carries these GPUs (this join's, or the one of a
         later event that superseded it) has finished, with what happened to them."""
-        async with self._lock:
+        async with self.lock:
             await self.store.apply([GpusJoin(tuple(gpus))])
-            growth = await self._regrow("gpus_join", "inter_scale", borrow=self.borrowing)
+            growth = await self.growths.regrow("gpus_join", "inter_scale", borrow=self.state.borrowing)
         on_gpus = frozenset(gpus)
-        outcome = await follow(growth, lock=self._lock, current=lambda: self._growth,
+        outcome = await follow(growth, lock=self.lock, current=lambda: self.growths.current,
                                still_joining=lambda: bool(readied_on(self.store.table, on_gpus)))
         return join_answer(self.store.table, gpus, outcome)
 
@@ -341,47 +300,100 @@ class Orchestrator(WeightPushes, Growing, StagedChanges):
     async def _gpus_leave(self, gpus: tuple[str, ...], deadline_s: float) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        async with self._lock:
-            await self._cancel_growth(by="gpus_leave")
+        async with self.lock:
+            await self.growths.cancel(by="gpus_leave")
             await self.store.apply([GpusLeave(tuple(gpus))])
-            wave = await self._begin("gpus_leave", borrow=self.borrowing)
+            wave = await self.begin("gpus_leave", borrow=self.state.borrowing)
             async with self.phases.phase("inter_scale", "shrink"):
                 # Leave time to stop stragglers and answer within the caller's deadline.
                 removed = await self._deactivate_leaving("inter_scale", deadline_s * 0.8)
-            self._start_growth(wave, "inter_scale")
+            self.growths.start(wave, "inter_scale")
         return {"action": "leave", "removed": removed, "elapsed_s": loop.time() - started}
 
     async def set_pd_mode(self, mode: PdMode) -> dict[str, Any]:
         """Operator override of the PD mode (``core.pd_mode``); the
         cluster is re-planned at once and the answer comes when the change is admitted (by
         this call's growth, or by the one of a later event that superseded it)."""
-        async with self._lock:
-            self.config = replace(self.config, pd_mode=mode)
-            self.config.validate()
-            growth = await self._regrow("pd_mode", "pd_mode", borrow=self.borrowing)
-        outcome = await follow(growth, lock=self._lock, current=lambda: self._growth)
+        async with self.lock:
+            self.on(PdModeSet(mode))
+            growth = await self.growths.regrow("pd_mode", "pd_mode", borrow=self.state.borrowing)
+        outcome = await follow(growth, lock=self.lock, current=lambda: self.growths.current)
         reason = outcome.stopped() if outcome.growth is None else outcome.growth.reason
         waves = outcome.growth.waves if outcome.growth is not None else ()
         return {"pd_mode": mode, "topology": self.store.table.active_topology().label(), **outcome.describe(),
                 **({"waves": list(waves)} if waves else {}), **({"reason": reason} if reason else {})}
 
+    # -- weights -------------------------------------------------------------------------
+    async def update_weights(self, *, snapshot: WeightSnapshot, tensors: TensorSpecs | None = None,
+                             request_id: str | None = None) -> dict[str, Any]:
+        """Push ``snapshot`` from disk, or, with ``tensors``, receive it over the
+        distributed group ``snapshot.group`` while the trainer broadcasts."""
+        params = {"snapshot": asdict(snapshot), "tensors": asdict(tensors) if tensors is not None else None}
+        return await self._once("update_weights", request_id, params, lambda: self._update_weights(snapshot, tensors))
+
+    async def _update_weights(self, snapshot: WeightSnapshot, tensors: TensorSpecs | None) -> dict[str, Any]:
+        """Pushes run one at a time, in arrival order; the snapshot joiners sync to becomes
+        ``snapshot`` only once some worker has loaded it (a push nobody could load
+        changes nothing), so a racing bad push can neither replace the latest good one
+        nor roll it back."""
+        async with self.weights.lock:
+            results = await self.weights.push(snapshot, tensors, keeping=self.state.snapshot)
+            ok = tuple(slot for slot, r in results.items() if r == "ok")
+            if ok:
+                async with self.store.lock:  # the table and the push log change together
+                    # A worker may have left while it loaded (a preemption): record only those still here.
+                    here = tuple(s for s in ok if self.store.table.has(s))
+                    if here:
+                        self.store.apply_locked([WeightsUpdated(here, snapshot.version)])
+                    self.on(PushAdopted(snapshot))
+            answer = {"version": snapshot.version, "latest": self.state.snapshot.version, "applied": bool(ok),
+                      "workers": {str(slot): r for slot, r in results.items()}, "push": self.state.pushes.number}
+        await self._repair_stale()
+        return answer
+
+    async def _repair_stale(self) -> None:
+        """A worker beyond the staleness bound (by default: any that missed the last
+        adopted push) must not serve: it leaves, and a new plan brings a replacement up at
+        the latest snapshot on the same GPUs."""
+        if all(self.state.pushes.servable(w.weight_version) for w in self.store.table.active()):
+            return
+        async with self.lock:  # decided on the table as it is under the lock
+            stale = [w.slot for w in self.store.table.active() if not self.state.pushes.servable(w.weight_version)]
+            if not stale:
+                return
+            await self.store.apply([WorkerLost(s) for s in stale])
+            for s in stale:
+                await self.executor.kill(s)
+            await self.growths.regrow("weights_repair", "weights_repair", borrow=self.state.borrowing)
+
+    async def weight_group(self, *, spec: GroupSpec | None = None, destroy: str | None = None,
+                           request_id: str | None = None) -> dict[str, Any]:
+        """Create ``spec`` (members: the active workers now) or destroy the group named
+        ``destroy``."""
+        async def act() -> dict[str, Any]:
+            if spec is None:
+                return await self.groups.destroy(destroy or "")
+            async with self.lock:
+                return self.groups.init(spec, self.store.table.active(), self.config.engine.tp_size)
+        params = {"spec": asdict(spec) if spec is not None else None, "destroy": destroy}
+        return await self._once("weight_group", request_id, params, act)
+
+    # -- lifecycle and reports -----------------------------------------------------------
     async def shutdown(self) -> None:
-        if self._replan is not None:
-            self._replan.cancel()
-            await asyncio.gather(self._replan, return_exceptions=True)
-        await self._cancel_growth(by="shutdown")
+        await self.growths.close()
         await self.groups.close()
 
     def prediction_state(self) -> dict[str, Any]:
         """What the gate learned and how well the model predicted the finished steps."""
-        return self.learning.describe()
+        return self.state.learning.describe()
 
-    def state(self) -> dict[str, Any]:
+    def state_report(self) -> dict[str, Any]:
+        st = self.state
         return {"decisions": list(self.decisions)[-10:], "phases": self.phases.summary(),
-                "last_step": self.last_step, "recovery": self.recovery,
-                "weights": self.snapshot.to_dict(), "weight_groups": self.groups.describe(),
-                "pushes": {"number": self.pushes.number, "max_staleness": self.pushes.max_staleness,
-                           "servable_versions": list(self.pushes.versions)},
-                "training": self.training, "borrowing": self.borrowing,
-                "toggle_cost_s": self.learning.gate.toggle_cost_s, "profile_steps": self.learning.tracker.steps,
+                "last_step": st.steps.to_dict(), "recovery": self.recovery,
+                "weights": st.snapshot.to_dict(), "weight_groups": self.groups.describe(),
+                "pushes": {"number": st.pushes.number, "max_staleness": st.pushes.max_staleness,
+                           "servable_versions": list(st.pushes.versions)},
+                "training": st.training, "borrowing": st.borrowing,
+                "toggle_cost_s": st.learning.gate.toggle_cost_s, "profile_steps": st.learning.tracker.steps,
                 **self.prediction_state()}

@@ -14,7 +14,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from pearl_sglang.control.weights import NoDiskCopy, WeightSnapshot, sync_worker
+from pearl_sglang.control.weights import NoDiskCopy, sync_worker
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.events import WorkerRegistered, WorkerUnregistered, WorkerUnregistering
 from pearl_sglang.core.registered import GPU_PREFIX, RegistrationConfig
 from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone

@@ -9,6 +9,9 @@ calls these functions with snapshots and carries out the effects.  Layout:
 * ``planner``: minimal-change plans, equations (5)-(6).
 * ``gate``: borrowing gate, equation (7), and the online toggle-cost estimate.
 * ``telemetry``: profile fitting from per-request records.
+* ``policy``: the target topology under the PD mode, and the borrow decision.
+* ``control``: the control core, ``on_event(state, event, seen) -> (state, effects)``
+  over the frozen ``ControlState`` (training, borrowing, steps, learning, pushes).
 """
 from pearl_sglang.core.decision import Decision, Reason, Thresholds, best_makespan, decide, enumerate_candidates
 from pearl_sglang.core.errors import (

@@ -41,3 +41,8 @@ class UnknownWorker(InvalidTransition):
 
 class InfeasibleTarget(CoreError):
     """The planner cannot reach the target with the GPUs available."""
+
+
+class OutOfOrder(CoreError):
+    """A trainer call that contradicts the training state (two train_begin, a
+    train_finished without its begin)."""

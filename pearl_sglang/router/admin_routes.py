@@ -136,7 +136,7 @@ async def pearl_state(request: web.Request) -> web.Response:
         "policy": st.config.policy,
         "routing": {**st.selector.state(), "loads": st.loads.state(asyncio.get_running_loop().time())},
         "utilization": st.utilization.state(),
-        "control": st.control.state() if st.control is not None else None,
+        "control": st.control.state_report() if st.control is not None else None,
         "registered": _registered(st),
     })
 

@@ -9,11 +9,12 @@ from typing import Any
 from aiohttp import web
 
 from pearl_sglang.control.idempotency import RequestIdReused
-from pearl_sglang.control.orchestrator import Orchestrator, OutOfOrder
+from pearl_sglang.control.orchestrator import Orchestrator
+from pearl_sglang.core.errors import OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, GroupSpec, InvalidGroupRequest,
                                                MembershipChanged, TensorSpecs, UnknownGroup)
 from pearl_sglang.control.weight_pushes import NoActiveWorker
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.errors import CoreError, InvalidConfig
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable, UpstreamFailed

@@ -22,7 +22,7 @@ import json
 from contextlib import AsyncExitStack
 from aiohttp import web
 
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.router.drain import abort
 from pearl_sglang.router.errors import BadRequest
 from pearl_sglang.router.state import ROUTER, RouterState

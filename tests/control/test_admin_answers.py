@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from pearl_sglang.control.idempotency import RequestIdReused
-from pearl_sglang.control.orchestrator import OutOfOrder
+from pearl_sglang.core.errors import OutOfOrder
 from pearl_sglang.control.weight_group import (GroupExists, GroupInitFailed, InvalidGroupRequest,
                                                MembershipChanged, UnknownGroup)
 from pearl_sglang.control.weight_pushes import NoActiveWorker

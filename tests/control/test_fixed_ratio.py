@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pearl_sglang.control.cluster_config import ConfigError
-from pearl_sglang.control.policy import target_topology
+from pearl_sglang.core.policy import target_topology
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.profile import Profile
@@ -38,6 +38,6 @@ def test_config_refuses_bad_pd_modes(tmp_path, mode):
 def test_policy_scales_the_ratio_to_the_budget(tmp_path, mode, budget, expect):
     config = cluster_config(tmp_path, dedicated=8, overlap=0, pd_mode=mode)
     table = StateTable.create(tp_size=1, dedicated_gpus=config.zones.dedicated, overlap_gpus=())
-    decision = target_topology(config, table, Profile.from_dict(PROFILE), budget)
+    decision = target_topology(config.decisions, table, Profile.from_dict(PROFILE), budget)
     assert decision.choice == expect
     assert decision.reason == f"pd_mode={mode}"

@@ -22,7 +22,7 @@ async def test_gate_decides_with_the_configured_model(tiny_model_dir, model, bor
     # under a 50 s environment spread is ~0.03 s.  A 0.05 s toggle cost sits between.
     config = cluster_config(tiny_model_dir, gate={"enabled": True, "toggle_cost_s": 0.05}, makespan_model=model)
     async with running_cluster(config) as c:
-        c.control.learning = replace(c.control.learning, spread=HEAVY_TAIL)
+        c.control.state = replace(c.control.state, learning=replace(c.control.learning, spread=HEAVY_TAIL))
         await c.admin("/train_begin", {"step": 0})
         fin = await c.admin("/train_finished", {"step": 0})
         assert fin["borrowing"] is borrows, fin["reason"]

@@ -111,7 +111,7 @@ async def test_lagging_worker_serves_within_the_bound_then_leaves_routing_and_is
         assert routed(c, bad) > before
         # Hold the control plane so that the repair waits: the stale worker stays in the
         # table, and only routing keeps requests off it.
-        async with c.control._lock:  # noqa: SLF001 - the test holds the shell still
+        async with c.control.lock:  # the test holds the shell still
             push = asyncio.ensure_future(c.admin("/update_weights", {"version": "v2",
                                                                      "model_path": str(tiny_model_dir)}))
             await until(lambda: c.control.pushes.number == 2, what="the push to be adopted")

@@ -12,7 +12,7 @@ import httpx
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.processes import free_port
 from pearl_sglang.control.registration import Registrar, WeightSyncFailed, WorkerNotReady, WorkerSpec
-from pearl_sglang.control.weights import WeightSnapshot
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.registered import RegistrationConfig
 from pearl_sglang.core.state import Activity, Role
 from pearl_sglang.router.config import RouterConfig, Security

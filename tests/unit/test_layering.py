@@ -3,7 +3,9 @@
 * ``core`` is pure: it imports only ``core`` and a short list of computational standard
   modules; no asyncio, aiohttp, HTTP client, clock, file system, process, socket or
   global randomness (a policy that needs them receives them as arguments).
-* No cycles between the units of ``pearl_sglang`` (its subpackages and top-level modules).
+* No cycles between the units of ``pearl_sglang`` (its subpackages and top-level modules),
+  nor between the modules of the control plane: its shell (``orchestrator``) composes
+  the growth and the weight loads, which ask it for plans through a port, not an import.
 * The control plane and the router do not import each other: the control plane reaches
   the data path through its ``DataPlane`` port, the router reads the control plane through
   ``ControlView``, and ``server`` composes the two.
@@ -154,6 +156,17 @@ def test_no_cycles_between_units():
                                                    for a in c for b in c if (a, b) in edges)
               for c in cycles]
     assert not cycles, "units of pearl_sglang import each other in a loop:\n" + "\n".join(detail)
+
+
+def test_no_cycles_between_the_control_planes_modules():
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted((PACKAGE / "control").rglob("*.py")):
+        src = _module_name(path)
+        for name, line in _imports(path):
+            if name.startswith("pearl_sglang.control.") and name != src:
+                edges.setdefault((src, name), []).append(f"{path.relative_to(PACKAGE.parent)}:{line}")
+    cycles = _cycles(edges)
+    assert not cycles, f"modules of the control plane import each other in a loop: {cycles}"
 
 
 def test_control_and_router_do_not_import_each_other():

@@ -1,22 +1,46 @@
-"""What the control plane asks the pure core for each event: a target topology under the
-configured PD mode, and whether to borrow the training GPUs. No I/O; the orchestrator
-records the answers and acts on them."""
+"""What the control core decides at each event: a target topology under the configured
+PD mode, and whether to borrow the training GPUs. No I/O; ``core.control`` records the
+answers and the shell acts on them."""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from pearl_sglang.control.cluster_config import ClusterConfig
-from pearl_sglang.core.decision import Decision, decide
+from pearl_sglang.core.decision import Decision, Thresholds, decide
 from pearl_sglang.core.gate import GateDecision
 from pearl_sglang.core.mode_feedback import ModeCorrection
-from pearl_sglang.core.pool_usage import PoolUsage, usage_guard
+from pearl_sglang.core.pd_mode import AUTO, PdMode
+from pearl_sglang.core.pool_usage import PoolUsage, UsageThresholds, usage_guard
 from pearl_sglang.core.profile import Profile
+from pearl_sglang.core.telemetry import ProfileFit, ProfileTracker, fitted_symbols
 from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates, gate as model_gate
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.core.topology import Topology
 
 
-def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, budget: int,
+@dataclass(frozen=True)
+class DecisionConfig:
+    """What decisions depend on, from the cluster configuration (``ClusterConfig.decisions``):
+    the configured profile and which of its symbols telemetry refits, the PD mode (an
+    operator may override it), the makespan model, the hysteresis thresholds, and the
+    borrowing gate (``borrow`` false: never; ``gated`` false: whenever the GPUs are idle;
+    ``usage``: the pool-usage check)."""
+
+    profile: Profile
+    pd_mode: PdMode = PdMode(AUTO)
+    makespan_model: str = "paper"
+    profile_fit: str = "all"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    borrow: bool = True
+    gated: bool = True
+    usage: UsageThresholds = field(default_factory=UsageThresholds)
+
+    def fitted(self, tracker: ProfileTracker) -> Profile:
+        """The configured profile with the symbols telemetry has identified replaced (all,
+        or the workload's alone: ``profile_fit``)."""
+        return replace(self.profile, **fitted_symbols(tracker.estimate, ProfileFit(self.profile_fit)))
+
+
+def target_topology(config: DecisionConfig, table: StateTable, profile: Profile, budget: int,
                     ctx: StepContext = StepContext(), correction: ModeCorrection | None = None) -> Decision:
     """``pd_mode`` "auto" is the decision engine's choice (with hysteresis against the
     table's topology); "colocated" and "disaggregated" pin the mode (the baselines and the
@@ -47,21 +71,20 @@ def target_topology(config: ClusterConfig, table: StateTable, profile: Profile, 
     return decision
 
 
-def borrow(config: ClusterConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
+def borrow(config: DecisionConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
            remaining: float | None, ctx: StepContext = StepContext(),
            usage: PoolUsage | None = None) -> tuple[bool, str, GateDecision | None]:
     """Equation (7) on the current budgets under ``config.makespan_model``, checked against
     what the last step's workers did (``usage``, ``core.pool_usage``), unless borrowing is
     off or ungated."""
-    gate = config.gate
-    if not gate.borrow or not table.overlap_gpus:
-        return False, "borrowing disabled" if not gate.borrow else "no overlap GPUs", None
-    if not gate.enabled:
+    if not config.borrow or not table.overlap_gpus:
+        return False, "borrowing disabled" if not config.borrow else "no overlap GPUs", None
+    if not config.gated:
         return True, "ungated borrowing", None
     ded = table.budget(frozenset(table.dedicated_gpus))
     full = table.budget(table.available_gpus())
     r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
     decision = model_gate(MakespanModel.parse(config.makespan_model), profile, dedicated_workers=max(ded, 1),
                           overlap_workers=full - ded, remaining=r, ctx=ctx, toggle_cost_s=toggle_cost_s)
-    decision = usage_guard(decision, usage, gate.usage)
+    decision = usage_guard(decision, usage, config.usage)
     return decision.borrow, decision.reason, decision
