@@ -12,8 +12,7 @@ from aiohttp import web
 
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.state_store import StateStore
-from pearl_sglang.core.invariants import check
-from pearl_sglang.core.state import Activity, StateTable
+from pearl_sglang.core.state import Activity, StateTable, check
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security

@@ -14,7 +14,8 @@ from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec, engine_args
 from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
-from pearl_sglang.emulator.server import Worker, build_worker, start
+from pearl_sglang.emulator.server import build_worker, start
+from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.core.state import Role
 
 

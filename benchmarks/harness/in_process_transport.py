@@ -21,7 +21,7 @@ from pearl_sglang.emulator.http_generate import (
 )
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.request import RequestRejected
-from pearl_sglang.emulator.server import Worker
+from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.workers.errors import WorkerUnavailable, status_error
 

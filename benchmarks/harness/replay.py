@@ -54,7 +54,7 @@ from benchmarks.harness.in_process_transport import InProcessTransport
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
-from pearl_sglang.emulator.server import Worker
+from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.server.compose import build_app

@@ -3,7 +3,7 @@
 Nothing here performs I/O, reads a clock or imports asyncio/aiohttp; the control plane
 calls these functions with snapshots and carries out the effects.  Layout:
 
-* ``state``, ``invariants``, ``events``: the GPU-worker-role table and its updates.
+* ``state``, ``events``: the GPU-worker-role table, its invariants and its updates.
 * ``topology``, ``profile``, ``makespan``: shapes, paper symbols, equations (1)-(3).
 * ``decision``: candidate enumeration, feasibility, hysteresis.
 * ``planner``: minimal-change plans, equations (5)-(6).

@@ -30,9 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Union
 
 from pearl_sglang.core.errors import InvalidTransition
-from pearl_sglang.core.invariants import check
 from pearl_sglang.core.planner import Plan, WorkerAdd
-from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
+from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone, check
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Layers: ``profile``/``tokens``/``prefix_cache``/``transfer``/``scheduler`` are p
 pieces of the model; ``engine`` (with ``control``) is one worker's discrete-event
 timeline on an injected clock; ``pd`` connects prefill and decode engines (the
 benchmark harness runs many in one process on virtual time); ``server``/``http_*`` are
-the thin aiohttp shell behind ``python -m pearl_sglang.emulator``.  Deliberate
+the thin aiohttp shell behind ``python -m pearl_sglang.emulator``, over the ``worker``
+its handlers share.  Deliberate
 differences from real SGLang are listed in ``DIFFERENCES.md`` next to this file.
 """
 

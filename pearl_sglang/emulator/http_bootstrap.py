@@ -23,7 +23,7 @@ from .request import KVPayload
 if TYPE_CHECKING:
     from .engine import Engine
     from .pd import KVSink
-    from .server import ScaledClock
+    from .worker import ScaledClock
 
 KV_PATH = "/pearl_emulator/kv"
 ENGINE = web.AppKey("bootstrap_engine", object)

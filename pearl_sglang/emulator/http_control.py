@@ -15,7 +15,7 @@ from . import __version__ as EMU_VERSION
 from .control import PAUSE_MODES
 from .metrics import render_metrics
 from .request import OpResult
-from .server import WORKER, Worker
+from .worker import WORKER, Worker
 
 SGLANG_VERSION = "0.5.23"
 

@@ -21,7 +21,7 @@ from .. import fastjson
 from .codec import GrowingText
 from .http_parse import BadRequest, ParsedGenerate, meta_info, output_text, parse_generate, parse_sampling
 from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
-from .server import WORKER, Worker
+from .worker import WORKER, Worker
 
 DONE = b"data: [DONE]\n\n"
 

@@ -10,46 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Optional
 
 import aiohttp
 from aiohttp import web
 
 from .codec import ModelMeta, TextCodec
 from .config import EmulatorArgs
+from . import http_control, http_generate
 from .engine import Engine
+from .http_bootstrap import HttpRendezvous, create_bootstrap_app
 from .profile import PerformanceModel, load_profile
 from .request import DisaggregationMode
-
-
-def loop_clock() -> Callable[[], float]:
-    """The running event loop's clock (``time.monotonic`` for asyncio's own loops, a
-    virtual clock under a virtual-time loop); ``time.monotonic`` outside a loop."""
-    try:
-        return asyncio.get_running_loop().time
-    except RuntimeError:
-        return time.monotonic
-
-
-class ScaledClock:
-    """Emulated seconds = seconds of the event loop's clock x scale (the loop that is
-    running when the clock is made; real monotonic time unless it is a virtual loop)."""
-
-    def __init__(self, scale: float, source: Optional[Callable[[], float]] = None) -> None:
-        self.scale = scale
-        self._source = source or loop_clock()
-        self._t0 = self._source()
-
-    def now(self) -> float:
-        return (self._source() - self._t0) * self.scale
-
-    def source_time(self, emulated: float) -> float:
-        """The source clock's reading at emulated time ``emulated``."""
-        return self._t0 + emulated / self.scale
-
-    def real_delay(self, emulated_s: float) -> float:
-        return max(0.0, emulated_s / self.scale)
+from .worker import WORKER, ScaledClock, Worker
 
 
 _WAKE_SLACK_S = 1e-6
@@ -116,42 +89,7 @@ class _EngineStepper:
         self.engine.advance(until=self._due)
 
 
-@dataclass
-class Worker:
-    """Everything the handlers share (one per app)."""
-
-    args: EmulatorArgs
-    profile: PerformanceModel
-    engine: Engine
-    codec: TextCodec
-    meta: ModelMeta
-    clock: ScaledClock
-    started_wall: float
-    session: Optional[aiohttp.ClientSession] = None
-    weight_group: Optional[str] = None
-    in_weight_update: bool = False
-    closed: bool = False
-    direct_runs: set = field(default_factory=set)  # runs of in-process callers (``direct``)
-    # rid -> loop time at which the abort that follows the end of its stream fires
-    stream_end_aborts: dict = field(default_factory=dict)
-
-    def close(self) -> None:
-        """The server is stopping: in-process callers lose their streams, as HTTP clients
-        lose their connections."""
-        self.closed = True
-        for run in list(self.direct_runs):
-            run.close()
-
-    @property
-    def served_model_name(self) -> str:
-        return self.args.served_model_name or self.args.model_path
-
-
-WORKER = web.AppKey("worker", Worker)
-
-
 def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = None) -> Worker:
-    from .http_bootstrap import HttpRendezvous
     profile = profile or load_profile(args.profile)
     meta = ModelMeta.load(args.model_path)
     codec = TextCodec(args.tokenizer_path or args.model_path)
@@ -188,8 +126,6 @@ def serves_bootstrap(args: EmulatorArgs) -> bool:
 
 
 def create_app(worker: Worker) -> web.Application:
-    from . import http_control, http_generate
-    from .http_bootstrap import HttpRendezvous
     app = web.Application(client_max_size=256 * 1024 * 1024)
     app[WORKER] = worker
 
@@ -221,7 +157,6 @@ BACKLOG = 4096
 async def start(worker: Worker, *, host: str, port: int,
                 bootstrap_port: Optional[int] = None) -> tuple[web.AppRunner, list[web.AppRunner], int, Optional[int]]:
     """Start the API (and bootstrap) servers; returns runners and the bound ports."""
-    from .http_bootstrap import create_bootstrap_app
     runner = web.AppRunner(create_app(worker), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=BACKLOG)

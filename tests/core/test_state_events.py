@@ -27,9 +27,8 @@ from pearl_sglang.core.events import (
     apply,
     apply_all,
 )
-from pearl_sglang.core.invariants import violations
 from pearl_sglang.core.planner import plan
-from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
+from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone, violations
 from pearl_sglang.core.topology import Topology
 
 from tests.support.core_strategies import tables, valid_targets

@@ -5,9 +5,8 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from pearl_sglang.core.invariants import check
 from pearl_sglang.core.profile import Profile
-from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
+from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone, check
 from pearl_sglang.core.topology import Topology
 
 ROLES = (Role.PREFILL, Role.DECODE, Role.COLOCATED)

@@ -4,8 +4,10 @@
   modules; no asyncio, aiohttp, HTTP client, clock, file system, process, socket or
   global randomness (a policy that needs them receives them as arguments).
 * No cycles between the units of ``pearl_sglang`` (its subpackages and top-level modules),
-  nor between the modules of the control plane: its shell (``orchestrator``) composes
-  the growth and the weight loads, which ask it for plans through a port, not an import.
+  nor between its modules: the control plane's shell (``orchestrator``) composes the
+  growth and the weight loads, which ask it for plans through a port, not an import; the
+  state table's invariants live with the table. One known exception is listed in
+  ``MODULE_CYCLES_KNOWN``: the emulated engine is one class split over mixin files.
 * The control plane and the router do not import each other: the control plane reaches
   the data path through its ``DataPlane`` port, the router reads the control plane through
   ``ControlView``, and ``server`` composes the two.
@@ -40,6 +42,9 @@ TAKE_THE_CLOCK = ("control", "router", "server")
 EMULATOR_NEVER_IMPORTS = frozenset({"router", "control", "server", "core"})
 HARNESSES = ("benchmarks", "tests")
 SHARED_BY_THE_SHELLS = {"workers": frozenset({"router", "control", "server"})}
+# The emulated engine (a worker, not PEARL) mixes its control and PD halves into one class
+# from their own files, typed against it; one-way, they would be parts it composes.
+MODULE_CYCLES_KNOWN = [sorted(f"pearl_sglang.emulator.{m}" for m in ("control", "engine", "pd", "pd_side"))]
 
 
 def _module_name(path: Path) -> str:
@@ -62,10 +67,16 @@ def _imports(path: Path) -> list[tuple[str, int]]:
             else:
                 name = node.module or ""
             found.append((name, node.lineno))
-            # ``from pearl_sglang import router`` imports the subpackage itself.
+            # ``from pearl_sglang import router`` or ``from . import http_control`` imports
+            # the submodule itself.
             found += [(f"{name}.{alias.name}", node.lineno) for alias in node.names
-                      if name == "pearl_sglang"]
+                      if _is_module(f"{name}.{alias.name}")]
     return found
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _sources() -> list[Path]:
@@ -158,15 +169,15 @@ def test_no_cycles_between_units():
     assert not cycles, "units of pearl_sglang import each other in a loop:\n" + "\n".join(detail)
 
 
-def test_no_cycles_between_the_control_planes_modules():
+def test_no_cycles_between_modules():
     edges: dict[tuple[str, str], list[str]] = {}
-    for path in sorted((PACKAGE / "control").rglob("*.py")):
+    for path in _sources():
         src = _module_name(path)
         for name, line in _imports(path):
-            if name.startswith("pearl_sglang.control.") and name != src:
+            if name.startswith("pearl_sglang.") and name != src:
                 edges.setdefault((src, name), []).append(f"{path.relative_to(PACKAGE.parent)}:{line}")
-    cycles = _cycles(edges)
-    assert not cycles, f"modules of the control plane import each other in a loop: {cycles}"
+    cycles = [c for c in _cycles(edges) if c not in MODULE_CYCLES_KNOWN]
+    assert not cycles, f"modules of pearl_sglang import each other in a loop: {cycles}"
 
 
 def test_control_and_router_do_not_import_each_other():
