@@ -2,7 +2,10 @@
 
 Same flags, same HTTP protocol and the same ``Launcher`` interface as the process
 launcher, without a process per worker: scenario tests and benchmarks can then reshape
-clusters of many workers hundreds of times on two cores.
+clusters of many workers hundreds of times on two cores. With ``in_process_pd``, a decode
+reaches its prefill's KV through an in-process registry instead of the prefill's bootstrap
+server: on a virtual-time loop, loopback traffic is real and a loaded host can deliver it
+after a timer fires, so the KV handoff over HTTP made PD replays differ run to run.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchedWorker, LaunchError, LaunchSpec, engine_args
 from pearl_sglang.control.processes import PortPool
 from pearl_sglang.emulator.config import parse_args
+from pearl_sglang.emulator.pd import PDRegistry
 from pearl_sglang.emulator.server import build_worker, start
 from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.core.state import Role
@@ -34,10 +38,12 @@ class _Running:
 class InProcessEmulatorLauncher:
     engine: EngineConfig
     host: str = "127.0.0.1"
+    in_process_pd: bool = False
     launches: int = 0
     _running: dict[int, _Running] = field(default_factory=dict)
     _by_endpoint: dict[str, Worker] = field(default_factory=dict)
     _ports: PortPool = field(default_factory=PortPool)
+    _registry: PDRegistry = field(default_factory=PDRegistry)
 
     def slots(self) -> tuple[int, ...]:
         return tuple(sorted(self._running))
@@ -62,7 +68,7 @@ class InProcessEmulatorLauncher:
             port = self._ports.take(self.host)
             bootstrap = self._ports.take(self.host) if spec.role is not Role.COLOCATED else None
             args, _ = parse_args(engine_args(self.engine, spec, host=self.host, port=port, bootstrap_port=bootstrap))
-            worker = build_worker(args)
+            worker = build_worker(args, rendezvous=self._registry if self.in_process_pd else None)
             cold = worker.profile.lifecycle.cold_start_s if args.cold_start is None else args.cold_start
             if attempt == 0 and cold > 0:  # as the process would: the port opens after the cold start
                 await asyncio.sleep(worker.clock.real_delay(cold))
@@ -90,6 +96,9 @@ class InProcessEmulatorLauncher:
             return
         self._by_endpoint.pop(running.endpoint, None)
         running.worker.close()
+        if self.in_process_pd:  # its bootstrap address goes away with it, as its server does
+            config = running.worker.engine.config
+            self._registry.unbind(config.bootstrap_host, config.bootstrap_port, running.worker.engine)
         for runner in reversed(running.runners):
             await runner.cleanup()
         self._ports.release(*running.ports)

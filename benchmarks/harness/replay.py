@@ -7,8 +7,9 @@ engine, planner, orchestrator, executors, borrowing gate), the RL driver
 over loopback HTTP.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
-workers in-process (``benchmarks.harness.in_process_transport``); its control calls use
-HTTP. An in-process replay is reproducible to the digit. ``--worker-transport http`` sends
+workers in-process (``benchmarks.harness.in_process_transport``), as does a PD decode's KV
+handoff (``InProcessEmulatorLauncher(in_process_pd=True)``); its control calls use HTTP.
+An in-process replay is reproducible to the digit, also on a loaded host. ``--worker-transport http`` sends
 the generation calls over loopback HTTP too, for ~1.3x the CPU and results that vary from
 run to run by about 1% (measured 2026-12-03: step times 681.06 vs 681.96 s): events at one
 virtual instant then run in the order their sockets become readable, which moves some
@@ -217,7 +218,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         launchers: list[InProcessEmulatorLauncher] = []
 
         def factory(c: ClusterConfig, _session) -> InProcessEmulatorLauncher:
-            launchers.append(InProcessEmulatorLauncher(c.engine))
+            launchers.append(InProcessEmulatorLauncher(c.engine, in_process_pd=config.worker_transport == "in-process"))
             return launchers[-1]
 
         router_config = RouterConfig(policy="pearl" if sysdef.name.startswith("pearl") else "static",

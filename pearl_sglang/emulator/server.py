@@ -20,6 +20,7 @@ from .config import EmulatorArgs
 from . import http_control, http_generate
 from .engine import Engine
 from .http_bootstrap import HttpRendezvous, create_bootstrap_app
+from .pd import Rendezvous
 from .profile import PerformanceModel, load_profile
 from .request import DisaggregationMode
 from .worker import WORKER, ScaledClock, Worker
@@ -89,7 +90,10 @@ class _EngineStepper:
         self.engine.advance(until=self._due)
 
 
-def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = None) -> Worker:
+def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = None,
+                 rendezvous: Optional[Rendezvous] = None) -> Worker:
+    """``rendezvous``: how a decode reaches its prefill; by default over the prefill's
+    bootstrap server (HTTP), as across processes."""
     profile = profile or load_profile(args.profile)
     meta = ModelMeta.load(args.model_path)
     codec = TextCodec(args.tokenizer_path or args.model_path)
@@ -106,7 +110,7 @@ def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = No
                                 context_length=meta.context_length,
                                 token_low=0 if codec.uses_tokenizer else 259,
                                 virtual_time=_on_virtual_time())
-    engine = Engine(profile=profile, clock=clock, config=config, rendezvous=HttpRendezvous(),
+    engine = Engine(profile=profile, clock=clock, config=config, rendezvous=rendezvous or HttpRendezvous(),
                     stop_text=lambda ids: codec.decode(ids))
     return Worker(args=args, profile=profile, engine=engine, codec=codec, meta=meta,
                   clock=clock, started_wall=time.time())
