@@ -17,7 +17,7 @@ def new_prediction(entries: Iterable[Mapping[str, Any]], seen: set) -> dict[str,
     out = {"predicted_s": last["predicted_s"], "observed_s": last["observed_s"], "borrowed": last["borrowed"]}
     if last.get("predicted_by_model_s"):
         out["predicted_by_model_s"] = dict(last["predicted_by_model_s"])
-    for key in ("mode", "corrected_s"):
+    for key in ("mode", "corrected_s", "profile"):
         if last.get(key) is not None:
             out[key] = last[key]
     return out

@@ -32,10 +32,12 @@ HISTORY = 50  # finished steps kept in ``history``
 
 @dataclass(frozen=True)
 class StepPrediction:
-    """Both models' prediction for the configuration the step runs, and that configuration."""
+    """Both models' prediction for the configuration the step runs, that configuration,
+    and the profile they predicted with (the fitted symbols included)."""
 
     by_model: Mapping[str, float]
     topology: Topology
+    profile: Profile
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class StepLearning:
 
     def predicted(self, profile: Profile, topology: Topology, ctx: StepContext) -> "StepLearning":
         """A decision chose ``topology``: the step is now predicted on it."""
-        return replace(self, prediction=StepPrediction(step_predictions(profile, topology, ctx), topology))
+        return replace(self, prediction=StepPrediction(step_predictions(profile, topology, ctx), topology, profile))
 
     @property
     def predicted_s(self) -> float | None:
@@ -93,7 +95,8 @@ class StepLearning:
         record = {"step": number, "borrowed": borrowed, "predicted_s": predicted, "observed_s": observed,
                   "mode": mode.value if mode else None, "corrected_s": predicted * self.modes.factor(mode),
                   "error": (observed - predicted) / observed if observed > 0 else None,
-                  "makespan_model": self.model.value, "predicted_by_model_s": dict(self.prediction.by_model)}
+                  "makespan_model": self.model.value, "predicted_by_model_s": dict(self.prediction.by_model),
+                  "profile": self.prediction.profile.to_dict()}
         return replace(nxt, gate=gate,
                        modes=self.modes.observe(mode, observed_s=observed, predicted_s=predicted),
                        history=(self.history + (record,))[-HISTORY:]), warning

@@ -10,6 +10,7 @@ import pytest
 from benchmarks.harness.replay import ReplayConfig, cluster_mapping, replay, resolve_system
 from benchmarks.harness.systems import SEGMENTS, core_profile, system
 from pearl_sglang.control.cluster_config import ClusterConfig
+from pearl_sglang.core.profile import Profile
 
 
 @pytest.mark.parametrize("name", ["pearl", "rlboost"])
@@ -113,6 +114,7 @@ def test_replay_records_predicted_and_observed_makespan():
         assert set(p["predicted_by_model_s"]) == {"paper", "tail"}
         # The configured model (the default) is the one the control plane acts on.
         assert p["predicted_s"] == p["predicted_by_model_s"][ClusterConfig().makespan_model]
+        assert Profile.from_dict(p["profile"]).theta >= 0  # what the models predicted with
     summary = result["summary"]
     assert summary["predicted_steps"] == len(recorded)
     # Errors are against the measured rollout time, which is what the models predict.

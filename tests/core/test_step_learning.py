@@ -8,6 +8,7 @@ from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
 from pearl_sglang.core.pool_usage import PoolUsage
+from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.step_learning import HISTORY, StepLearning
 from pearl_sglang.core.step_model import MakespanModel, step_predictions
 from pearl_sglang.core.telemetry import ProfileTracker, StepTelemetry
@@ -48,6 +49,8 @@ def test_closing_records_the_configured_models_prediction_and_teaches_the_gate_a
     # nothing learned before this step: the PD prior alone
     assert record["corrected_s"] == pytest.approx(predicted * ModeFeedback().pd_prior)
     assert set(record["predicted_by_model_s"]) == {"paper", "tail"}
+    # The profile the models predicted with (fitted symbols included), to explain an error.
+    assert Profile.from_dict(record["profile"]) == P
     assert closed.modes == learning.modes.observe(Mode.DISAGGREGATED, observed_s=observed, predicted_s=predicted)
     assert closed.gate == learning.gate.observe(borrowed=borrowed, observed_s=observed, predicted_s=predicted)
     assert closed.started_at == start + length and closed.describe()["step_predictions"] == [record]
