@@ -13,7 +13,7 @@ from pearl_sglang.control.cluster_config import EngineConfig
 from pearl_sglang.control.launchers import LaunchSpec
 from pearl_sglang.core.state import Role
 from pearl_sglang.workers.client import Timeouts, WorkerClient
-from pearl_sglang.workers.errors import WorkerRejected, WorkerUnavailable
+from pearl_sglang.workers.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
 
 pytestmark = pytest.mark.asyncio
 FAST = ("--time-scale", "20", "--disable-radix-cache")
@@ -99,3 +99,31 @@ async def test_a_stopped_worker_breaks_its_streams_and_aborts_them(model_dir) ->
     assert launcher.worker_at(launched.endpoint) is None and not worker.direct_runs
     assert not worker.engine.sched.running           # the request was aborted, not left running
     assert await direct.abort(url=launched.endpoint, rid="long") is False
+
+
+async def test_in_process_pd_hands_the_kv_over_and_a_stopped_prefill_is_unreachable(model_dir) -> None:
+    """The harness's in-process KV handoff (``in_process_pd``): a decode gets its prefill's
+    KV through the registry, and once the prefill stops its address is gone, so a decode
+    that names it fails at once, as over HTTP, instead of waiting on an engine nobody steps."""
+    launcher = InProcessEmulatorLauncher(EngineConfig(
+        model_path=str(model_dir), emulator={"profile": "tiny", "time_scale": 20, "cold_start": 0}),
+        in_process_pd=True)
+    prefill = await launcher.launch(LaunchSpec(slot=0, gpus=("d0:0",), role=Role.PREFILL))
+    decode = await launcher.launch(LaunchSpec(slot=1, gpus=("d0:1",), role=Role.DECODE))
+    direct = InProcessTransport(launcher.worker_at)
+
+    def body(room: int) -> dict:
+        return {"input_ids": list(range(300, 340)), "bootstrap_host": "127.0.0.1",
+                "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": room,
+                "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
+
+    try:
+        _, answer = await asyncio.wait_for(asyncio.gather(
+            direct.post_json(slot=0, url=prefill.endpoint, path="/generate", body=body(1)),
+            direct.post_json(slot=1, url=decode.endpoint, path="/generate", body=body(1))), 30)
+        assert len(answer["output_ids"]) == 16 and answer["meta_info"]["finish_reason"]["type"] == "length"
+        await launcher.stop(0)
+        with pytest.raises(WorkerFailed, match="unreachable"):
+            await asyncio.wait_for(direct.post_json(slot=1, url=decode.endpoint, path="/generate", body=body(2)), 30)
+    finally:
+        await launcher.stop_all()
