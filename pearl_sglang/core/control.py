@@ -28,7 +28,7 @@ from pearl_sglang.core.pool_usage import pool_usage
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.state import OverlapOwner, StateTable, Zone
+from pearl_sglang.core.state import StateTable, Zone
 from pearl_sglang.core.step_learning import StepLearning
 from pearl_sglang.core.step_model import StepContext
 from pearl_sglang.core.telemetry import StepTelemetry
@@ -295,15 +295,14 @@ def _gate(state: ControlState, e: GateAsked, seen: Seen) -> tuple[ControlState, 
     return state, effects + (Persist(), Answer({"borrowing": ok, "reason": reason}))
 
 
-def available_gpus(table: StateTable, *, borrow: bool) -> frozenset[str]:
-    if borrow and table.overlap_owner is OverlapOwner.ROLLOUT:
-        return table.available_gpus()
-    return frozenset(table.dedicated_gpus)
+def _available(table: StateTable, *, borrow: bool) -> frozenset[str]:
+    """The GPUs a plan may use: the training GPUs too when borrowing (and rollout owns them)."""
+    return table.available_gpus() if borrow else frozenset(table.dedicated_gpus)
 
 
 def _decide(state: ControlState, e: Decide, seen: Seen) -> tuple[ControlState, Effects]:
     table = seen.table
-    available = available_gpus(table, borrow=e.borrow)
+    available = _available(table, borrow=e.borrow)
     budget = table.budget(available)
     effects: Effects = ()
     target = Topology(0, 0, 0)
@@ -325,7 +324,7 @@ def _decide(state: ControlState, e: Decide, seen: Seen) -> tuple[ControlState, E
 def _next_wave(state: ControlState, e: NextWave, seen: Seen) -> tuple[ControlState, Effects]:
     """The rest of a staged change, planned from the table as it is now (the same target:
     the change was decided once)."""
-    available = available_gpus(seen.table, borrow=state.borrowing)
+    available = _available(seen.table, borrow=state.borrowing)
     return state, _begin_wave(f"{e.operation}_wave", seen.table,
                               plan(seen.table, e.done.plan.target, available=available))
 
