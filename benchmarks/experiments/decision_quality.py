@@ -1,4 +1,4 @@
-"""Decision quality: at each point of a grid (regime x reserved GPUs x batch), run every
+"""Decision quality: at each point of a grid (regime x reserved GPUs x batch x LLM), run every
 candidate configuration (colocated, each P:D split, borrowing on and off) as a fixed
 replay, take the empirical best, and compare the engine's own choice under each makespan
 model (``paper``: today's engine, the baseline row; ``tail``: the tail-aware model).
@@ -22,7 +22,7 @@ every point where the best borrowing candidate is no better than the best one wi
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.report import md_table, pyplot, save, write
@@ -50,11 +50,26 @@ REGIMES: dict[str, tuple[str, dict[str, Any]]] = {
     "cache-friendly": ("swe-paper", {"rewrite_fraction": 0.0}),
     "compute-bound": ("swe-paper", {"env_latency_median_s": 0.05, "env_latency_p90_s": 0.5}),
 }
-# (regime, reserved GPUs, batch): 28 points, batch 128 at 8 GPUs in each regime; --quick
-# runs QUICK_POINTS (CI-sized).
-FULL_POINTS = tuple((r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64)) + \
-    tuple((r, 8, 128) for r in REGIMES)
-QUICK_POINTS = tuple((r, g, 32) for r in ("swe-paper", "env-bound") for g in (4, 8))
+DEFAULT_LLM = "qwen3-8b"
+
+
+class Point(NamedTuple):
+    regime: str
+    gpus: int     # reserved rollout GPUs (TP2 workers: half as many)
+    batch: int
+    llm: str = DEFAULT_LLM
+
+    def label(self) -> str:
+        llm = "" if self.llm == DEFAULT_LLM else f" {self.llm}"
+        return f"{self.regime} g{self.gpus} b{self.batch}{llm}"
+
+
+# Qwen3-8B: 28 points, batch 128 at 8 GPUs in each regime; Qwen3-30B-A3B: 12 points, every
+# regime at 4, 8 and 16 GPUs, batch 64. --quick runs QUICK_POINTS (CI-sized).
+FULL_POINTS = tuple(Point(r, g, b) for r in REGIMES for g in (4, 8, 16) for b in (32, 64)) + \
+    tuple(Point(r, 8, 128) for r in REGIMES) + \
+    tuple(Point(r, g, 64, "qwen3-30b-a3b") for r in REGIMES for g in (4, 8, 16))
+QUICK_POINTS = tuple(Point(r, g, 32) for r in ("swe-paper", "env-bound") for g in (4, 8))
 WITHIN = 0.02
 
 
@@ -63,18 +78,18 @@ def candidates(gpus: int) -> list[tuple[str, bool]]:
     return [(mode, borrow) for mode in fixed.splits(gpus // 2) for borrow in (False, True)]
 
 
-def _job(point: tuple[str, int, int], *, pd_mode: str, system: str) -> Job:
-    regime, gpus, batch = point
-    preset, workload = REGIMES[regime]
-    j = fixed.job(gpus=gpus, pd_mode=pd_mode, batch=batch, preset=preset, system=system)
-    return Job(f"{regime}-{j.name}", replace(j.config, workload=workload) if workload else j.config)
+def _job(point: Point, *, pd_mode: str, system: str) -> Job:
+    preset, workload = REGIMES[point.regime]
+    j = fixed.job(gpus=point.gpus, pd_mode=pd_mode, batch=point.batch, preset=preset, system=system,
+                  model=point.llm)
+    return Job(f"{point.regime}-{j.name}", replace(j.config, workload=workload) if workload else j.config)
 
 
-def candidate_job(point: tuple[str, int, int], mode: str, borrow: bool) -> Job:
+def candidate_job(point: Point, mode: str, borrow: bool) -> Job:
     return _job(point, pd_mode=mode, system="pearl-ungated" if borrow else "pearl-no-borrow")
 
 
-def engine_job(point: tuple[str, int, int], model: str) -> Job:
+def engine_job(point: Point, model: str) -> Job:
     j = _job(point, pd_mode="auto", system="pearl")
     return Job(f"{j.name}-{model}", replace(j.config, cluster_overrides={"makespan_model": model}))
 
@@ -97,27 +112,27 @@ def _bal(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def jobs_of(points: tuple[tuple[str, int, int], ...]) -> dict[tuple, Job]:
+def jobs_of(points: tuple[Point, ...]) -> dict[tuple, Job]:
     grid: dict[tuple, Job] = {}
     for point in points:
-        for mode, borrow in candidates(point[1]):
+        for mode, borrow in candidates(point.gpus):
             grid[(point, "candidate", mode, borrow)] = candidate_job(point, mode, borrow)
         for model in MODELS:
             grid[(point, "engine", model)] = engine_job(point, model)
     return grid
 
 
-def evaluate_point(point: tuple[str, int, int], grid: dict[tuple, Job],
+def evaluate_point(point: Point, grid: dict[tuple, Job],
                    results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The empirical best, each model's choice and its loss at one point."""
     cands = {(mode, borrow): step_tok_s(results[grid[(point, "candidate", mode, borrow)].name])
-             for mode, borrow in candidates(point[1])}
+             for mode, borrow in candidates(point.gpus)}
     best_key = max(cands, key=cands.get)
     best = cands[best_key]
     best_on = max(v for (_, b), v in cands.items() if b)
     best_off = max(v for (_, b), v in cands.items() if not b)
     out: dict[str, Any] = {
-        "regime": point[0], "gpus": point[1], "batch": point[2],
+        "regime": point.regime, "gpus": point.gpus, "batch": point.batch, "llm": point.llm,
         "best": {"pd_mode": best_key[0], "borrow": best_key[1], "tok_s": best,
                  "busiest_over_mean": balance(results[grid[(point, "candidate", *best_key)].name])},
         "candidates": [{"pd_mode": m, "borrow": b, "tok_s": v} for (m, b), v in cands.items()],
@@ -153,13 +168,18 @@ def summarize_model(rows: list[dict[str, Any]], model: str) -> dict[str, Any]:
     }
 
 
-def prediction_errors(points: tuple[tuple[str, int, int], ...], grid: dict[tuple, Job],
+def _regime_key(point: Point) -> str:
+    return point.regime if point.llm == DEFAULT_LLM else f"{point.regime} {point.llm}"
+
+
+def prediction_errors(points: tuple[Point, ...], grid: dict[tuple, Job],
                       results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per regime, each model's MAPE against the measured rollout time over the measured
-    steps of every replay of that regime (candidates and engines), and the step count."""
+    """Per regime (and LLM, for the ones other than the default), each model's MAPE against
+    the measured rollout time over the measured steps of every replay of that regime
+    (candidates and engines), and the step count."""
     out: dict[str, dict[str, Any]] = {}
-    for regime in dict.fromkeys(p[0] for p in points):
-        records = [p for key, job in grid.items() if key[0][0] == regime
+    for regime in dict.fromkeys(map(_regime_key, points)):
+        records = [p for key, job in grid.items() if _regime_key(key[0]) == regime
                    for s in results[job.name]["steps"][1:] if (p := s.get("prediction"))]
         out[regime] = {"steps": len(records), **mape_by_model(records)}
     return out
@@ -187,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for r in rows:
         best = r["best"]
-        table.append([f"{r['regime']} g{r['gpus']} b{r['batch']}",
+        table.append([Point(r["regime"], r["gpus"], r["batch"], r["llm"]).label(),
                       f"{fixed.mode_label(best['pd_mode'], r['gpus'])}{' +borrow' if best['borrow'] else ''} "
                       f"{best['tok_s']:.0f}; {_bal(best['busiest_over_mean'])}", f"{r['borrow_gain']:+.1%}"]
                      + [f"{r[m]['topology']}{' +borrow' if r[m]['borrowed'] else ''} {r[m]['tok_s']:.0f} "
@@ -196,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                f"{s['mean_loss']:.1%}", f"{s['borrowed_when_useless']}/{s['useless_borrow_points']}",
                s["borrow_refused_when_useless"]] for m, s in by_model.items()]
     md = (f"# Decision quality (profile_fit: {args.profile_fit})\n\nPoints: {len(rows)} (regime, reserved GPUs, "
-          f"batch); every candidate and each "
+          f"batch; Qwen3-8B unless another LLM is named); every candidate and each "
           f"engine is a {fixed.STEPS}-step fixed replay (the first step warms up), 16 training GPUs (8 overlap "
           f"workers) available for borrowing. Step throughput in tok/s of the measured step; loss = "
           f"(best - choice) / best; after the semicolon the worst measured step's busiest worker's busy "
@@ -213,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     write(name, summary, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.7), 3.6))
-    labels = [f"{r['regime'][:3]} g{r['gpus']} b{r['batch']}" for r in rows]
+    labels = [f"{r['regime'][:3]} g{r['gpus']} b{r['batch']}{'' if r['llm'] == DEFAULT_LLM else ' 30B'}"
+              for r in rows]
     width = 0.4
     for i, m in enumerate(MODELS):
         ax.bar([j + (i - 0.5) * width for j in range(len(rows))], [100 * r[m]["loss"] for r in rows], width,

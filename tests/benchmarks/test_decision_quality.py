@@ -16,9 +16,13 @@ def _result(tok_s: float, *, borrowing: bool = False, topology: str = "2C", pred
 
 
 def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
-    assert len(dq.FULL_POINTS) == 28 and {p[0] for p in dq.FULL_POINTS} == set(dq.REGIMES)
-    assert {p[2] for p in dq.FULL_POINTS} == {32, 64, 128}
-    grid = dq.jobs_of((("env-bound", 8, 32),))
+    assert len(dq.FULL_POINTS) == 40 and len(set(dq.FULL_POINTS)) == 40
+    assert {p.regime for p in dq.FULL_POINTS} == set(dq.REGIMES)
+    assert {p.batch for p in dq.FULL_POINTS} == {32, 64, 128} and {p.gpus for p in dq.FULL_POINTS} == {4, 8, 16}
+    # both LLMs, every regime for each
+    for llm in ("qwen3-8b", "qwen3-30b-a3b"):
+        assert {p.regime for p in dq.FULL_POINTS if p.llm == llm} == set(dq.REGIMES)
+    grid = dq.jobs_of((dq.Point("env-bound", 8, 32),))
     assert len(grid) == 4 * 2 + 2  # colocated + 3 splits of 4 workers, borrowing on/off; 2 engines
     assert len({j.name for j in grid.values()}) == len(grid)
     for key, job in grid.items():
@@ -29,8 +33,13 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
             # borrowing on: every step, ungated; off: never
             assert cluster.pd_mode == key[2] and cluster.gate.borrow is key[3]
             assert not (key[3] and cluster.gate.enabled)
-    compute = dq.jobs_of((("compute-bound", 4, 32),))
+    compute = dq.jobs_of((dq.Point("compute-bound", 4, 32),))
     assert all(j.config.workload["env_latency_median_s"] == 0.05 for j in compute.values())
+    assert all(j.config.model == "qwen3-8b" for j in compute.values())
+    moe = dq.jobs_of((dq.Point("compute-bound", 4, 64, "qwen3-30b-a3b"),))
+    assert all(j.config.model == "qwen3-30b-a3b" and j.config.workload["env_latency_median_s"] == 0.05
+               for j in moe.values())
+    assert not {j.name for j in moe.values()} & {j.name for j in dq.jobs_of((dq.Point("compute-bound", 4, 64),)).values()}
     assert all(ClusterConfig.from_mapping(cluster_mapping(j.config, resolve_system(j.config), tmp_path)).profile_fit
                == "all" for j in grid.values())
     name, workload = with_profile_fit("decision-quality", list(grid.values()), "workload")
@@ -45,7 +54,7 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
 
 
 def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing():
-    point = ("env-bound", 4, 32)
+    point = dq.Point("env-bound", 4, 32)
     grid = dq.jobs_of((point,))
     tok = {("colocated", False): 1000.0, ("colocated", True): 990.0, ("1:1", False): 900.0, ("1:1", True): 950.0}
     results = {grid[(point, "candidate", m, b)].name: _result(v) for (m, b), v in tok.items()}
@@ -54,6 +63,7 @@ def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing(
     # The row's flag is the next step's gate answer; the step's own record decides.
     results[grid[(point, "engine", "tail")].name] = _result(1000.0, borrowing=True, pred={**pred, "borrowed": False})
     row = dq.evaluate_point(point, grid, results)
+    assert (row["regime"], row["gpus"], row["batch"], row["llm"]) == point
     assert row["best"] == {"pd_mode": "colocated", "borrow": False, "tok_s": 1000.0, "busiest_over_mean": 1.0}
     assert row["paper"]["busiest_over_mean"] == 0.985
     assert row["borrowing_useless"] and row["borrow_gain"] == pytest.approx(-0.01)
@@ -65,3 +75,10 @@ def test_scores_choices_against_the_empirical_best_and_checks_useless_borrowing(
     errors = dq.prediction_errors((point,), grid, results)
     assert errors["env-bound"]["steps"] == 2  # the two engines' measured steps carry predictions
     assert errors["env-bound"]["paper"] == pytest.approx(0.10) and errors["env-bound"]["tail"] == pytest.approx(0.05)
+    # another LLM's replays are their own regime row
+    moe = dq.Point("env-bound", 4, 32, "qwen3-30b-a3b")
+    both = {**grid, **dq.jobs_of((moe,))}
+    results.update({job.name: results[grid[(point, *key[1:])].name] for key, job in dq.jobs_of((moe,)).items()})
+    errors = dq.prediction_errors((point, moe), both, results)
+    assert list(errors) == ["env-bound", "env-bound qwen3-30b-a3b"]
+    assert errors["env-bound qwen3-30b-a3b"]["steps"] == 2
