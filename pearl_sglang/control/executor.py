@@ -165,7 +165,13 @@ class PlanExecutor:
     async def switch(self, slot: int, operation: str) -> Event:
         w = self.store.table.worker(slot)
         if w.held:
-            return RoleSwitched(slot)  # lost its partner; nothing to change physically
+            # It lost its partner and keeps its role, but a growth cancelled during an
+            # in-place P <-> D switch may have left its process in the other role: ask it
+            # (one call when it is right) before it is probed and admitted.
+            endpoint, port = await self._become(slot, w.endpoint, w.role, w.gpus)
+            if (endpoint, port) == (w.endpoint, w.bootstrap_port):
+                return RoleSwitched(slot)
+            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port)
         async with self.phases.phase(operation, "role_switch"):
             await self._drain(slot)
             endpoint, port = await self._become(slot, w.endpoint, w.pending_role, w.gpus)

@@ -196,8 +196,10 @@ class Growths:
                 return  # an event re-planned meanwhile
             state = self.shell.state
             wave = await self.shell.begin(f"{operation}_replan", borrow=state.borrowing and not state.training)
-            if not wave.plan.add and not any(w.activity is Activity.SWITCHING and not w.held
-                                     for w in self.store.table.rollout_workers()):
+            # A held worker (it lost its partner in a cancelled group) waits for a wave to
+            # admit it with a new one: only this re-plan will start that wave.
+            if not wave.plan.add and not any(w.activity is Activity.SWITCHING
+                                             for w in self.store.table.rollout_workers()):
                 self._replans = 0
                 return
             log.info("%s: re-planning after %.0fs (attempt %d)", operation, delay, self._replans)
