@@ -233,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     write(name, summary, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.7), 3.6))
-    labels = [f"{r['regime'][:3]} g{r['gpus']} b{r['batch']}{'' if r['llm'] == DEFAULT_LLM else ' 30B'}"
-              for r in rows]
+    labels = [f"{r['regime'][:3]} g{r['gpus']} b{r['batch']}"
+              f"{'' if r['llm'] == DEFAULT_LLM else ' ' + r['llm'].removeprefix('qwen3-')}" for r in rows]
     width = 0.4
     for i, m in enumerate(MODELS):
         ax.bar([j + (i - 0.5) * width for j in range(len(rows))], [100 * r[m]["loss"] for r in rows], width,

@@ -39,7 +39,8 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
     moe = dq.jobs_of((dq.Point("compute-bound", 4, 64, "qwen3-30b-a3b"),))
     assert all(j.config.model == "qwen3-30b-a3b" and j.config.workload["env_latency_median_s"] == 0.05
                for j in moe.values())
-    assert not {j.name for j in moe.values()} & {j.name for j in dq.jobs_of((dq.Point("compute-bound", 4, 64),)).values()}
+    dense = dq.jobs_of((dq.Point("compute-bound", 4, 64),))
+    assert not {j.name for j in moe.values()} & {j.name for j in dense.values()}
     assert all(ClusterConfig.from_mapping(cluster_mapping(j.config, resolve_system(j.config), tmp_path)).profile_fit
                == "all" for j in grid.values())
     name, workload = with_profile_fit("decision-quality", list(grid.values()), "workload")
