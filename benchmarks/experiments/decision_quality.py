@@ -50,18 +50,20 @@ REGIMES: dict[str, tuple[str, dict[str, Any]]] = {
     "cache-friendly": ("swe-paper", {"rewrite_fraction": 0.0}),
     "compute-bound": ("swe-paper", {"env_latency_median_s": 0.05, "env_latency_p90_s": 0.5}),
 }
-DEFAULT_LLM = "qwen3-8b"
-
-
 class Point(NamedTuple):
     regime: str
     gpus: int     # reserved rollout GPUs (TP2 workers: half as many)
     batch: int
-    llm: str = DEFAULT_LLM
+    llm: str = fixed.DEFAULT_MODEL
 
-    def label(self) -> str:
-        llm = "" if self.llm == DEFAULT_LLM else f" {self.llm}"
-        return f"{self.regime} g{self.gpus} b{self.batch}{llm}"
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> "Point":
+        return cls(row["regime"], row["gpus"], row["batch"], row["llm"])
+
+    def label(self, *, short: bool = False) -> str:
+        """``short``: for the plot's axis (regime and LLM abbreviated)."""
+        regime, llm = (self.regime[:3], self.llm.removeprefix("qwen3-")) if short else (self.regime, self.llm)
+        return f"{regime} g{self.gpus} b{self.batch}{'' if self.llm == fixed.DEFAULT_MODEL else ' ' + llm}"
 
 
 # Qwen3-8B: 28 points, batch 128 at 8 GPUs in each regime; Qwen3-30B-A3B: 12 points, every
@@ -169,7 +171,7 @@ def summarize_model(rows: list[dict[str, Any]], model: str) -> dict[str, Any]:
 
 
 def _regime_key(point: Point) -> str:
-    return point.regime if point.llm == DEFAULT_LLM else f"{point.regime} {point.llm}"
+    return point.regime if point.llm == fixed.DEFAULT_MODEL else f"{point.regime} {point.llm}"
 
 
 def prediction_errors(points: tuple[Point, ...], grid: dict[tuple, Job],
@@ -207,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for r in rows:
         best = r["best"]
-        table.append([Point(r["regime"], r["gpus"], r["batch"], r["llm"]).label(),
+        table.append([Point.of(r).label(),
                       f"{fixed.mode_label(best['pd_mode'], r['gpus'])}{' +borrow' if best['borrow'] else ''} "
                       f"{best['tok_s']:.0f}; {_bal(best['busiest_over_mean'])}", f"{r['borrow_gain']:+.1%}"]
                      + [f"{r[m]['topology']}{' +borrow' if r[m]['borrowed'] else ''} {r[m]['tok_s']:.0f} "
@@ -233,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     write(name, summary, md)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.7), 3.6))
-    labels = [f"{r['regime'][:3]} g{r['gpus']} b{r['batch']}"
-              f"{'' if r['llm'] == DEFAULT_LLM else ' ' + r['llm'].removeprefix('qwen3-')}" for r in rows]
+    labels = [Point.of(r).label(short=True) for r in rows]
     width = 0.4
     for i, m in enumerate(MODELS):
         ax.bar([j + (i - 0.5) * width for j in range(len(rows))], [100 * r[m]["loss"] for r in rows], width,

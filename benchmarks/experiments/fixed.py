@@ -13,6 +13,8 @@ CACHE = "fixed"
 # A warm-up step (cold caches, workers starting) and one measured step. Every fixed
 # experiment uses the same count, so the runs they have in common are run once.
 STEPS = 2
+# The LLM a job runs unless it names another (job names leave it out).
+DEFAULT_MODEL = "qwen3-8b"
 
 
 def cache(quick: bool, preset: str = DEFAULT_PRESET) -> str:
@@ -38,13 +40,13 @@ def splits(workers: int) -> list[str]:
 
 def job(*, gpus: int, pd_mode: str, batch: int, steps: int = STEPS, system: str = "pearl-no-borrow",
         preset: str = DEFAULT_PRESET, rewrite: float | None = None, max_len: int = 32768,
-        model: str = "qwen3-8b") -> Job:
+        model: str = DEFAULT_MODEL) -> Job:
     """``gpus`` reserved rollout GPUs, no preemptible ones; the system decides borrowing.
     The workload and profiles are the preset's (``rewrite`` overrides its rewrite share)."""
     name = f"{system}-g{gpus}-{pd_mode.replace(':', 'to')}-b{batch}-s{steps}"
     name += f"-r{rewrite:g}" if rewrite is not None else ""
     name += f"-len{max_len}" if max_len != 32768 else ""
-    name += f"-{model}" if model != "qwen3-8b" else ""
+    name += f"-{model}" if model != DEFAULT_MODEL else ""
     config = ReplayConfig(system=system, model=model, dedicated_gpus=gpus, follow_trace=False, pd_mode=pd_mode,
                           batch_size=batch, steps=steps, preset=preset, rewrite_fraction=rewrite, segment=1,
                           workload={"max_trajectory_tokens": max_len} if max_len != 32768 else {})

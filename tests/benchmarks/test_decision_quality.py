@@ -22,6 +22,8 @@ def test_grid_has_every_candidate_both_ways_and_both_models(tmp_path):
     # both LLMs, every regime for each
     for llm in ("qwen3-8b", "qwen3-30b-a3b"):
         assert {p.regime for p in dq.FULL_POINTS if p.llm == llm} == set(dq.REGIMES)
+    assert dq.Point("env-bound", 8, 32).label() == "env-bound g8 b32"
+    assert dq.Point("env-bound", 8, 64, "qwen3-30b-a3b").label(short=True) == "env g8 b64 30b-a3b"
     grid = dq.jobs_of((dq.Point("env-bound", 8, 32),))
     assert len(grid) == 4 * 2 + 2  # colocated + 3 splits of 4 workers, borrowing on/off; 2 engines
     assert len({j.name for j in grid.values()}) == len(grid)
