@@ -18,7 +18,7 @@ from pearl_rl_adapter.config import ClientConfig, resolve_config
 from pearl_rl_adapter.errors import PearlError
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightsUpdated)
-from pearl_rl_adapter.steps import note_unfinished
+from pearl_rl_adapter.steps import note_unfinished, remaining_now
 
 T = TypeVar("T")
 log = logging.getLogger("pearl.adapter")
@@ -58,10 +58,11 @@ class AsyncPearlClient:
         return await self._send(protocol.train_begin(self.config, step, deadline_s=deadline_s,
                                                      request_id=request_id, timeout_s=timeout_s))
 
-    async def train_finished(self, step: int, *, request_id: str | None = None,
-                             timeout_s: float | None = None) -> TrainFinished:
-        return await self._send(protocol.train_finished(self.config, step, request_id=request_id,
-                                                        timeout_s=timeout_s))
+    async def train_finished(self, step: int, *, remaining_trajectories: int | None = None,
+                             request_id: str | None = None, timeout_s: float | None = None) -> TrainFinished:
+        return await self._send(protocol.train_finished(self.config, step,
+                                                        remaining_trajectories=remaining_trajectories,
+                                                        request_id=request_id, timeout_s=timeout_s))
 
     async def update_weights_from_disk(self, *, version: str, model_path: str, load_format: str | None = None,
                                        request_id: str | None = None,
@@ -110,20 +111,22 @@ class AsyncPearlClient:
         return await self._send(protocol.state(self.config, timeout_s=timeout_s))
 
     @asynccontextmanager
-    async def training_step(self, step: int, *, deadline_s: float | None = None) -> AsyncIterator[TrainBegun]:
+    async def training_step(self, step: int, *, deadline_s: float | None = None,
+                            remaining: Callable[[], int | None] | None = None) -> AsyncIterator[TrainBegun]:
         """Bracket one update: ``train_begin`` before (the body does not run if it
         fails), ``train_finished`` after, also when the body raises or is cancelled;
-        then the body's error propagates unchanged."""
+        then the body's error propagates unchanged. ``remaining``: as in
+        ``PearlClient.training_step``."""
         begun = await self.train_begin(step, deadline_s=deadline_s)
         try:
             yield begun
         except BaseException as body_error:
             try:
-                await self.train_finished(step)
+                await self.train_finished(step, remaining_trajectories=remaining_now(remaining))
             except Exception as finish_error:  # noqa: BLE001 - the body's error wins
                 note_unfinished(step, body_error, finish_error)
             raise
-        await self.train_finished(step)
+        await self.train_finished(step, remaining_trajectories=remaining_now(remaining))
 
     # ---- transport -------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from pearl_rl_adapter.config import ClientConfig, resolve_config
 from pearl_rl_adapter.errors import PearlError
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightsUpdated)
-from pearl_rl_adapter.steps import note_unfinished
+from pearl_rl_adapter.steps import note_unfinished, remaining_now
 
 T = TypeVar("T")
 log = logging.getLogger("pearl.adapter")
@@ -56,9 +56,10 @@ class PearlClient:
         return self._send(protocol.train_begin(self.config, step, deadline_s=deadline_s, request_id=request_id,
                                                timeout_s=timeout_s))
 
-    def train_finished(self, step: int, *, request_id: str | None = None,
-                       timeout_s: float | None = None) -> TrainFinished:
-        return self._send(protocol.train_finished(self.config, step, request_id=request_id, timeout_s=timeout_s))
+    def train_finished(self, step: int, *, remaining_trajectories: int | None = None,
+                       request_id: str | None = None, timeout_s: float | None = None) -> TrainFinished:
+        return self._send(protocol.train_finished(self.config, step, remaining_trajectories=remaining_trajectories,
+                                                  request_id=request_id, timeout_s=timeout_s))
 
     def update_weights_from_disk(self, *, version: str, model_path: str, load_format: str | None = None,
                                  request_id: str | None = None, timeout_s: float | None = None) -> WeightsUpdated:
@@ -106,20 +107,23 @@ class PearlClient:
         return self._send(protocol.state(self.config, timeout_s=timeout_s))
 
     @contextmanager
-    def training_step(self, step: int, *, deadline_s: float | None = None) -> Iterator[TrainBegun]:
+    def training_step(self, step: int, *, deadline_s: float | None = None,
+                      remaining: Callable[[], int | None] | None = None) -> Iterator[TrainBegun]:
         """Bracket one update: ``train_begin`` before (the body does not run if it
         fails), ``train_finished`` after, also when the body raises; then the body's
-        error propagates unchanged."""
+        error propagates unchanged. ``remaining``: asked when the update ends, the
+        rollout's trajectories still running then (``train_finished``'s
+        ``remaining_trajectories``)."""
         begun = self.train_begin(step, deadline_s=deadline_s)
         try:
             yield begun
         except BaseException as body_error:
             try:
-                self.train_finished(step)
+                self.train_finished(step, remaining_trajectories=remaining_now(remaining))
             except Exception as finish_error:  # noqa: BLE001 - the body's error wins
                 note_unfinished(step, body_error, finish_error)
             raise
-        self.train_finished(step)
+        self.train_finished(step, remaining_trajectories=remaining_now(remaining))
 
     # ---- transport -------------------------------------------------------------------
 

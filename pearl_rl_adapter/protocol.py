@@ -79,9 +79,19 @@ def train_begin(cfg: ClientConfig, step: int, *, deadline_s: float | None = None
                 TrainBegun.from_json)
 
 
-def train_finished(cfg: ClientConfig, step: int, *, request_id: str | None = None,
-                   timeout_s: float | None = None) -> Call[TrainFinished]:
-    body = _with_id("train_finished", {"step": _step(step)}, request_id)
+def train_finished(cfg: ClientConfig, step: int, *, remaining_trajectories: int | None = None,
+                   request_id: str | None = None, timeout_s: float | None = None) -> Call[TrainFinished]:
+    """``remaining_trajectories``: how many of the rollout step in progress are still
+    running (the borrowing gate's ``R``: it weighs the saving on what is left, and the
+    tail-aware model takes the ones with the most turns left). Without it the router
+    counts every trajectory it has seen this step as running."""
+    body: dict[str, Any] = {"step": _step(step)}
+    if remaining_trajectories is not None:
+        if (isinstance(remaining_trajectories, bool) or not isinstance(remaining_trajectories, int)
+                or remaining_trajectories < 0):
+            raise ValueError(f"remaining_trajectories must be a non-negative int, got {remaining_trajectories!r}")
+        body["remaining_trajectories"] = remaining_trajectories
+    body = _with_id("train_finished", body, request_id)
     return Call("POST", "/train_finished", body, timeout_s or cfg.timeout_s, TrainFinished.from_json)
 
 

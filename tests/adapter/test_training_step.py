@@ -101,3 +101,35 @@ async def test_async_begin_waits_for_the_router(aclient, fake):
     start = loop.time()
     async with aclient.training_step(1):
         assert loop.time() - start >= 0.3
+
+
+def _finished_bodies(fake) -> list[dict]:
+    return [s.body for s in fake.calls if s.path == "/train_finished"]
+
+
+def test_remaining_is_asked_when_the_update_ends(client, fake):
+    running = [9]
+    with client.training_step(2, remaining=lambda: running[0]):
+        running[0] = 4  # trajectories finished while the update ran
+    assert _finished_bodies(fake)[0]["remaining_trajectories"] == 4
+
+
+async def test_async_remaining_is_sent_also_when_the_body_fails(aclient, fake):
+    with pytest.raises(UpdateFailed):
+        async with aclient.training_step(2, remaining=lambda: 3):
+            raise UpdateFailed("oom")
+    assert _finished_bodies(fake)[0]["remaining_trajectories"] == 3
+
+
+@pytest.mark.parametrize("answer", [lambda: -1, lambda: True, lambda: 2.5, lambda: 1 // 0])
+def test_an_unusable_count_still_finishes_the_step_without_one(client, fake, answer):
+    with client.training_step(5, remaining=answer):
+        pass
+    assert fake.open_step is None and "remaining_trajectories" not in _finished_bodies(fake)[0]
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "3"])
+def test_train_finished_rejects_a_bad_count_before_sending(client, fake, bad):
+    with pytest.raises(ValueError, match="remaining_trajectories"):
+        client.train_finished(0, remaining_trajectories=bad)
+    assert fake.calls == []

@@ -72,3 +72,25 @@ async def test_distributed_push_through_the_adapter(tiny_model_dir):
                 await pearl.init_weight_group(group_name="g", master_address="127.0.0.1", master_port=29511)
             destroyed = await pearl.destroy_weight_group("g")
             assert set(destroyed.members.values()) == {"ok"}
+
+
+async def test_the_trainers_count_of_running_trajectories_reaches_the_gate(tiny_model_dir):
+    # Paper's saving on the tiny profile (2 -> 4 workers, the whole batch) is ~0.13 s, over
+    # the 0.05 s toggle cost: without a count the gate borrows; with none left it cannot pay.
+    config = cluster_config(tiny_model_dir, gate={"enabled": True, "toggle_cost_s": 0.05})
+    async with running_cluster(config) as c:
+        async with AsyncPearlClient(c.url, admin_token=TOKEN) as pearl:
+            async with pearl.training_step(0, remaining=lambda: 0):
+                pass
+            control = (await pearl.state())["control"]
+            gate = [d for d in control["decisions"] if d["operation"] == "borrow_gate"][-1]
+            assert not gate["borrow"] and gate["reason"].startswith("(R/B)(T_ded - T_full) = (0/"), gate
+            await c.settle()
+            assert not [w for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]  # nothing lent
+            async with pearl.training_step(1):
+                pass
+            gate = [d for d in (await pearl.state())["control"]["decisions"] if d["operation"] == "borrow_gate"][-1]
+            assert gate["borrow"] and gate["benefit_s"] > 0.05, gate
+            await c.settle()
+            lent = [w.activity for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]
+            assert lent == [Activity.ACTIVE] * 2
