@@ -56,10 +56,11 @@ class Recorder:
             "error_samples": list(r.error_samples[:2]),
             "topology": label(counts), "roles": counts, "borrowing": bool(control.get("borrowing")),
             "last_choice": choice, "in_window": r.end - self.t0 <= self.window_s + 1e-6,
-            # The borrowing gate's last call: its answer, why, and what the workers of the step
-            # before it did (core.pool_usage).
-            "gate": None if gate is None else {k: gate.get(k) for k in
-                                               ("borrow", "reason", "benefit_s", "toggle_cost_s", "pool_usage")},
+            # The borrowing gate's last call: its answer, why, what the workers of the step
+            # before it did (core.pool_usage) and that step replayed with the overlap
+            # workers (core.borrow_replay).
+            "gate": None if gate is None else {k: gate.get(k) for k in ("borrow", "reason", "benefit_s",
+                                                                        "toggle_cost_s", "pool_usage", "replay")},
             # The router's per-worker utilization of this step's rollout (closed at train_begin).
             "utilization": (self.last_state.get("utilization") or {}).get("last_step"),
             # The control plane's predictions of this rollout (closed at this step's train_begin,

@@ -154,6 +154,10 @@ class GateConfig:
     # had a request in flight for less than this share of the time (0: no check).
     min_dedicated_busy_share: float = 0.65
     min_borrowed_busy_share: float = 0.18
+    # Replay the last unborrowed step with the overlap workers serving from when lent ones
+    # have started serving so far (``core.borrow_replay``); refuse a borrow that would not
+    # have saved more than the toggle cost.
+    replay_check: bool = True
 
     def __post_init__(self) -> None:
         from pearl_sglang.core.learning_gate import Exploration
@@ -297,7 +301,8 @@ class ClusterConfig:
             raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
         return DecisionConfig(profile=self.profile, pd_mode=self.pd_mode, makespan_model=self.makespan_model,
                               profile_fit=self.profile_fit, thresholds=self.thresholds, borrow=self.gate.borrow,
-                              gated=self.gate.enabled, usage=self.gate.usage)
+                              gated=self.gate.enabled, usage=self.gate.usage,
+                              replay_check=self.gate.replay_check)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "ClusterConfig":

@@ -35,6 +35,11 @@ class PhaseLog:
             self.records.append(record)
             self.on_record(record)
 
+    def mean_s(self, phase: str) -> float | None:
+        """Mean seconds of the successful ``phase`` records of any operation (None: none)."""
+        seconds = [r.seconds for r in self.records if r.ok and r.phase == phase]
+        return sum(seconds) / len(seconds) if seconds else None
+
     def summary(self) -> dict[str, dict[str, float]]:
         """Mean seconds and count per ``operation/phase`` (successful ones)."""
         acc: dict[str, list[float]] = {}

@@ -23,7 +23,7 @@ from typing import Any, Callable, Union
 from pearl_sglang.core.errors import InvalidConfig, OutOfOrder
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.planner import Plan, plan
-from pearl_sglang.core.policy import DecisionConfig, borrow, target_topology
+from pearl_sglang.core.policy import DecisionConfig, borrow, replayed, target_topology
 from pearl_sglang.core.pool_usage import pool_usage
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.registered import locked_pd_mode, relaunch_lock
@@ -118,9 +118,11 @@ class FinishTraining:
 @dataclass(frozen=True)
 class GateAsked:
     """Training finished and the table says so: borrow its GPUs? (``remaining``: the
-    trainer's count of trajectories left, if it sent one)."""
+    trainer's count of trajectories left, if it sent one; ``arrival_s``: how long lent
+    workers have taken to serve, shell seconds, None when never measured)."""
 
     remaining: float | None
+    arrival_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +258,8 @@ def _step_closed(state: ControlState, e: StepClosed, seen: Seen) -> tuple[Contro
                        borrowed=[w.slot for w in members if w.zone is Zone.OVERLAP])
     learning, warning = learning.close(step.scaled(learning.time_scale), now=seen.now, borrowed=state.borrowing,
                                        number=state.steps.finished, usage=usage,
-                                       teaches_toggle_cost=not state.overruled)
+                                       teaches_toggle_cost=not state.overruled,
+                                       dedicated_workers=seen.table.budget(frozenset(seen.table.dedicated_gpus)))
     effects = (Logged("warning", warning),) if warning else ()
     return replace(state, learning=learning, overruled=False), effects
 
@@ -278,9 +281,12 @@ def _finish_training(state: ControlState, e: FinishTraining, seen: Seen) -> tupl
 
 def _gate(state: ControlState, e: GateAsked, seen: Seen) -> tuple[ControlState, Effects]:
     learning, usage = state.learning, state.learning.usage
+    ctx = state.context(seen, fresh=False)
+    join_after = None if e.arrival_s is None else ctx.elapsed_s + e.arrival_s * learning.time_scale
+    replay = replayed(state.config, seen.table, state.profile(), learning.timeline, join_after_s=join_after)
     ok, reason, decision = borrow(state.config, seen.table, state.profile(),
                                   toggle_cost_s=learning.gate.toggle_cost_s, remaining=e.remaining,
-                                  ctx=state.context(seen, fresh=False), usage=usage)
+                                  ctx=ctx, usage=usage, replay=replay)
     effects: Effects = ()
     overruled = state.overruled
     if decision is not None:
@@ -289,7 +295,8 @@ def _gate(state: ControlState, e: GateAsked, seen: Seen) -> tuple[ControlState, 
         ok, reason = choice.borrow, choice.reason
         overruled = decision.overruled is not None and not choice.explored
         effects = (Noted({"operation": "borrow_gate", **choice.to_dict(),
-                          "pool_usage": None if usage is None else usage.to_dict()}),)
+                          "pool_usage": None if usage is None else usage.to_dict(),
+                          "replay": None if replay is None else replay.to_dict()}),)
     state = replace(state, learning=learning, overruled=overruled, borrowing=ok,
                     borrowed_since=seen.now if ok else None)
     return state, effects + (Persist(), Answer({"borrowing": ok, "reason": reason}))

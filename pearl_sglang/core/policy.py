@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pearl_sglang.core.borrow_replay import ReplaySaving, StepTimeline, replay_guard, replay_saving
 from pearl_sglang.core.decision import Decision, Thresholds, decide
 from pearl_sglang.core.gate import GateDecision
 from pearl_sglang.core.mode_feedback import ModeCorrection
@@ -23,7 +24,8 @@ class DecisionConfig:
     the configured profile and which of its symbols telemetry refits, the PD mode (an
     operator may override it), the makespan model, the hysteresis thresholds, and the
     borrowing gate (``borrow`` false: never; ``gated`` false: whenever the GPUs are idle;
-    ``usage``: the pool-usage check)."""
+    ``usage``: the pool-usage check; ``replay_check``: the replay of the last unborrowed
+    step, ``core.borrow_replay``)."""
 
     profile: Profile
     pd_mode: PdMode = PdMode(AUTO)
@@ -33,6 +35,7 @@ class DecisionConfig:
     borrow: bool = True
     gated: bool = True
     usage: UsageThresholds = field(default_factory=UsageThresholds)
+    replay_check: bool = True
 
     def fitted(self, tracker: ProfileTracker) -> Profile:
         """The configured profile with the symbols telemetry has identified replaced (all,
@@ -71,12 +74,25 @@ def target_topology(config: DecisionConfig, table: StateTable, profile: Profile,
     return decision
 
 
+def replayed(config: DecisionConfig, table: StateTable, profile: Profile, timeline: StepTimeline | None, *,
+             join_after_s: float | None) -> ReplaySaving | None:
+    """The last unborrowed step replayed with the overlap workers serving from
+    ``join_after_s`` (``core.borrow_replay``); None when the check is off or there is
+    nothing to replay."""
+    if not config.replay_check or timeline is None or join_after_s is None or not table.overlap_gpus:
+        return None
+    overlap = table.budget(table.available_gpus()) - table.budget(frozenset(table.dedicated_gpus))
+    return replay_saving(timeline, join_after_s=join_after_s, A=profile.A, b=profile.b,
+                         overlap_workers=max(overlap, 0))
+
+
 def borrow(config: DecisionConfig, table: StateTable, profile: Profile, *, toggle_cost_s: float,
-           remaining: float | None, ctx: StepContext = StepContext(),
-           usage: PoolUsage | None = None) -> tuple[bool, str, GateDecision | None]:
+           remaining: float | None, ctx: StepContext = StepContext(), usage: PoolUsage | None = None,
+           replay: ReplaySaving | None = None) -> tuple[bool, str, GateDecision | None]:
     """Equation (7) on the current budgets under ``config.makespan_model``, checked against
-    what the last step's workers did (``usage``, ``core.pool_usage``), unless borrowing is
-    off or ungated."""
+    what the last step's workers did (``usage``, ``core.pool_usage``) and against the last
+    unborrowed step replayed with the overlap workers (``replay``,
+    ``core.borrow_replay``), unless borrowing is off or ungated."""
     if not config.borrow or not table.overlap_gpus:
         return False, "borrowing disabled" if not config.borrow else "no overlap GPUs", None
     if not config.gated:
@@ -86,5 +102,5 @@ def borrow(config: DecisionConfig, table: StateTable, profile: Profile, *, toggl
     r = profile.B if remaining is None else min(max(remaining, 0.0), profile.B)
     decision = model_gate(MakespanModel.parse(config.makespan_model), profile, dedicated_workers=max(ded, 1),
                           overlap_workers=full - ded, remaining=r, ctx=ctx, toggle_cost_s=toggle_cost_s)
-    decision = usage_guard(decision, usage, config.usage)
+    decision = replay_guard(usage_guard(decision, usage, config.usage), replay)
     return decision.borrow, decision.reason, decision

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from pearl_sglang.core.borrow_replay import StepTimeline
 from pearl_sglang.core.errors import CoreError
 from pearl_sglang.core.learning_gate import LearningGate
 from pearl_sglang.core.mode_feedback import ModeCorrection
@@ -51,6 +52,7 @@ class StepLearning:
     started_at: float | None = None    # shell-clock time the step in progress began
     prediction: StepPrediction | None = None
     usage: PoolUsage | None = None     # what the last closed step's workers did (the gate's check)
+    timeline: StepTimeline | None = None  # the last closed step's trajectories, if unborrowed (``core.borrow_replay``)
     history: tuple[Mapping[str, Any], ...] = ()
 
     def context(self, *, now: float | None = None, turns_done: tuple[int, ...] = (),
@@ -72,19 +74,22 @@ class StepLearning:
         return None if self.prediction is None else self.prediction.by_model[self.model.value]
 
     def close(self, step: StepTelemetry, *, now: float, borrowed: bool, number: int | None,
-              usage: PoolUsage | None = None, teaches_toggle_cost: bool = True) -> tuple["StepLearning", str | None]:
+              usage: PoolUsage | None = None, teaches_toggle_cost: bool = True,
+              dedicated_workers: int = 0) -> tuple["StepLearning", str | None]:
         """Close the step in progress at ``now`` (``step``: its telemetry in profile
         seconds; ``number``: the trainer's step it fed; ``usage``: what its workers did;
-        ``teaches_toggle_cost``: False for a step the pool-usage check kept unborrowed,
-        ``core.pool_usage``).  Returns the new value and a warning when the telemetry did
-        not fit (the fit is then left as it was)."""
+        ``teaches_toggle_cost``: False for a step a gate check kept unborrowed,
+        ``core.pool_usage``; ``dedicated_workers``: the ones that served it, for the
+        replay of an unborrowed step, ``core.borrow_replay``).  Returns the new value and
+        a warning when the telemetry did not fit (the fit is then left as it was)."""
         warning, tracker, spread = None, self.tracker, self.spread
         if step.turns:
             try:
                 tracker, spread = tracker.observe(step), spread_of(step) or spread
             except CoreError as e:
                 warning = f"telemetry did not fit: {e}"
-        nxt = replace(self, tracker=tracker, spread=spread, started_at=now, usage=usage)
+        timeline = None if borrowed else StepTimeline.of(step, workers=dedicated_workers)
+        nxt = replace(self, tracker=tracker, spread=spread, started_at=now, usage=usage, timeline=timeline)
         predicted = self.predicted_s
         if self.started_at is None or predicted is None:
             return nxt, warning

@@ -70,6 +70,8 @@ class TurnRecord:
     generated_tokens: int
     env_time_s: float
     decode_time_s: float
+    # Arrival to last token (queue, prefill and decode); 0: not measured.
+    request_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class StepTelemetry:
         if k == 1.0:
             return self
         return StepTelemetry(
-            turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k)
+            turns=tuple(replace(t, env_time_s=t.env_time_s * k, decode_time_s=t.decode_time_s * k,
+                                 request_s=t.request_s * k)
                         for t in self.turns),
             decode=tuple(replace(d, iteration_s=d.iteration_s * k) for d in self.decode),
             prefill=tuple(replace(p, seconds=p.seconds * k) for p in self.prefill),

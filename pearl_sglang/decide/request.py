@@ -34,9 +34,15 @@ would add; ``remaining`` the trajectories still running (default ``B``); ``toggl
 the cost of one borrow and return (default 10, the config's initial estimate; the control
 plane shows its learned one under ``control.gate.toggle_cost_s``); ``pool_usage`` what
 the last step's workers did, as ``/pearl/state`` shows it under ``control.gate.pool_usage``
-(``{"borrowed", "dedicated_busy_share", "borrowed_busy_share"}``, ``core.pool_usage``).
+(``{"borrowed", "dedicated_busy_share", "borrowed_busy_share"}``, ``core.pool_usage``);
+``last_step`` an unborrowed step to replay with the overlap workers
+(``core.borrow_replay``): ``{"trajectories": [[[env_s, request_s], ...], ...], "span_s",
+"join_after_s"}``, each trajectory's turns in order (environment time before the turn,
+the request from arrival to last token), the step's span, and when the overlap workers
+would start serving, seconds from the step's start; the step ran on the ``N`` workers.
 The output gains ``gate``: equation (7) under ``makespan_model``, checked against
-``pool_usage``.
+``pool_usage`` and the replay (``replay``: ``saved_s``, ``join_after_s``, ``speedup``,
+``concurrency``).
 
 Every problem is reported as ``InputError`` naming the key.
 """
@@ -55,6 +61,7 @@ from pearl_sglang.core import (
     decide,
     plan,
 )
+from pearl_sglang.core.borrow_replay import ReplaySaving, StepTimeline, replay_guard, replay_saving
 from pearl_sglang.core.mode_feedback import ModeCorrection, ModeFeedback
 from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
 from pearl_sglang.core.pool_usage import PoolUsage, UsageThresholds, usage_guard
@@ -97,6 +104,7 @@ class GateQuestion:
     toggle_cost_s: float
     usage: PoolUsage | None
     thresholds: UsageThresholds
+    replay: ReplaySaving | None = None
 
 
 def _obj(value: Any, key: str) -> Mapping[str, Any]:
@@ -184,7 +192,7 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
         spread = _wrap("spread", TurnSpread, **sp)
     default = "tail" if remaining is not None or spread is not None else "paper"
     model = _wrap("makespan_model", MakespanModel.parse, data.get("makespan_model", default))
-    gate = _gate(data["gate"], profile) if "gate" in data else None
+    gate = _gate(data["gate"], profile, budget) if "gate" in data else None
     return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
                    model, _mode_factors(data.get("mode_factors", {}), data.get("pd_prior", ModeFeedback.pd_prior)),
                    gate)
@@ -196,10 +204,31 @@ def _number(value: Any, key: str) -> float:
     return float(value)
 
 
-def _gate(value: Any, profile: Profile) -> GateQuestion:
+def _last_step(value: Any, profile: Profile, *, workers: int, overlap: int) -> ReplaySaving:
+    step = _obj(value, "gate.last_step")
+    extra = sorted(set(step) - {"trajectories", "span_s", "join_after_s"})
+    if extra:
+        raise InputError(f"gate.last_step.{extra[0]}", "unknown key")
+    trajs = step.get("trajectories")
+    if not isinstance(trajs, list) or not trajs:
+        raise InputError("gate.last_step.trajectories", "must be a non-empty list of trajectories")
+    turns = []
+    for i, t in enumerate(trajs):
+        if not isinstance(t, list) or not all(isinstance(x, list) and len(x) == 2 for x in t):
+            raise InputError(f"gate.last_step.trajectories[{i}]", "must be a list of [env_s, request_s] pairs")
+        turns.append(tuple((_number(e, f"gate.last_step.trajectories[{i}]"),
+                            _number(r, f"gate.last_step.trajectories[{i}]")) for e, r in t))
+    timeline = _wrap("gate.last_step", StepTimeline, tuple(turns),
+                     span_s=_number(step.get("span_s"), "gate.last_step.span_s"), workers=workers)
+    return _wrap("gate.last_step", replay_saving, timeline,
+                 join_after_s=_number(step.get("join_after_s"), "gate.last_step.join_after_s"),
+                 A=profile.A, b=profile.b, overlap_workers=overlap)
+
+
+def _gate(value: Any, profile: Profile, budget: int) -> GateQuestion:
     g = _obj(value, "gate")
     keys = {"overlap_workers", "remaining", "toggle_cost_s", "pool_usage", "min_dedicated_busy_share",
-            "min_borrowed_busy_share"}
+            "min_borrowed_busy_share", "last_step"}
     extra = sorted(set(g) - keys)
     if extra:
         raise InputError(f"gate.{extra[0]}", "unknown key")
@@ -217,9 +246,11 @@ def _gate(value: Any, profile: Profile) -> GateQuestion:
             raise InputError(f"gate.pool_usage.{extra[0]}", "unknown key")
         usage = _wrap("gate.pool_usage", PoolUsage, **{"borrowed": False, "dedicated_busy_share": None, **u})
     floors = {k: g[k] for k in ("min_dedicated_busy_share", "min_borrowed_busy_share") if k in g}
+    replay = None if g.get("last_step") is None else _last_step(g["last_step"], profile, workers=budget,
+                                                                overlap=overlap)
     return GateQuestion(overlap, remaining, _number(g.get("toggle_cost_s", INITIAL_TOGGLE_COST_S),
                                                     "gate.toggle_cost_s"),
-                        usage, _wrap("gate", UsageThresholds, **floors))
+                        usage, _wrap("gate", UsageThresholds, **floors), replay)
 
 
 def _mode_factors(value: Any, pd_prior: Any) -> ModeCorrection:
@@ -258,8 +289,9 @@ def run(req: Request) -> dict[str, Any]:
         answer = _wrap("gate", model_gate, req.model, req.profile, dedicated_workers=req.budget,
                        overlap_workers=q.overlap_workers, remaining=q.remaining, ctx=ctx,
                        toggle_cost_s=q.toggle_cost_s, constraints=req.constraints)
-        out["gate"] = {**usage_guard(answer, q.usage, q.thresholds).to_dict(),
-                       "pool_usage": None if q.usage is None else q.usage.to_dict()}
+        out["gate"] = {**replay_guard(usage_guard(answer, q.usage, q.thresholds), q.replay).to_dict(),
+                       "pool_usage": None if q.usage is None else q.usage.to_dict(),
+                       "replay": None if q.replay is None else q.replay.to_dict()}
     if req.table is None:
         return out
     target = req.target or decision.choice

@@ -115,7 +115,8 @@ class TelemetryCollector:
         decode_s = max(0.0, obs.finished_at - first)
         record = TurnRecord(trajectory_id=tid, turn_index=turn, new_input_tokens=computed - carried_in,
                             carried_tokens=obs.generated_tokens, generated_tokens=obs.generated_tokens,
-                            env_time_s=env, decode_time_s=decode_s)
+                            env_time_s=env, decode_time_s=decode_s,
+                            request_s=max(0.0, obs.finished_at - obs.arrived_at))
         self._turns.append(record)
         # Tokens after the first chunk were decoded in the decode worker's batch over that
         # window (its mean sequences and context tokens), between the prefills it ran

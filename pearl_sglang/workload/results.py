@@ -52,7 +52,7 @@ def to_turn_records(turns: Iterable[TurnTelemetry]) -> tuple[TurnRecord, ...]:
         out.append(TurnRecord(trajectory_id=t.trajectory_id, turn_index=t.turn_index,
                               new_input_tokens=new_input, carried_tokens=t.generated_tokens,
                               generated_tokens=t.generated_tokens, env_time_s=t.env_time_s,
-                              decode_time_s=t.request_s))
+                              decode_time_s=t.request_s, request_s=t.request_s))
         prev[t.trajectory_id] = t.generated_tokens
     return tuple(out)
 

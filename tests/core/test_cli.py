@@ -198,8 +198,40 @@ def test_gate_answers_equation_7_checked_against_pool_usage(capsys):
     assert json.loads(out)["gate"]["borrow"]
 
 
+def test_gate_replays_a_given_last_step(capsys):
+    """``last_step``: the control plane's replay of an unborrowed step (core.borrow_replay),
+    here one trajectory that waits on its environment and workers that come late."""
+    from pearl_sglang.core.borrow_replay import StepTimeline, replay_saving
+
+    slow = [[0.0, 4.0]] + [[6.0, 4.0]] * 29
+    last = {"trajectories": [slow, [[0.0, 10.0]] * 15], "span_s": 294.0, "join_after_s": 162.0}
+    code, out, _ = _run({**PROFILE, "N": 2, "gate": {"overlap_workers": 8, "remaining": 40, "toggle_cost_s": 9.4,
+                                                     "last_step": last}}, capsys=capsys)
+    assert code == 0
+    got = json.loads(out)["gate"]
+    p = Profile(**PROFILE)
+    want = replay_saving(StepTimeline((tuple(map(tuple, slow)), ((0.0, 10.0),) * 15), span_s=294.0, workers=2),
+                         join_after_s=162.0, A=p.A, b=p.b, overlap_workers=8)
+    assert got["replay"]["saved_s"] == pytest.approx(want.saved_s)
+    assert got["borrow"] is (want.saved_s > 9.4) and ("replayed" in got["reason"]) is (want.saved_s <= 9.4)
+    early = {**last, "join_after_s": 0.0}
+    code, out, _ = _run({**PROFILE, "N": 2, "gate": {"overlap_workers": 8, "remaining": 40, "toggle_cost_s": 0.1,
+                                                     "last_step": early}}, capsys=capsys)
+    got = json.loads(out)["gate"]
+    assert got["borrow"] and got["replay"]["saved_s"] > 0.1
+
+
 @pytest.mark.parametrize("gate, key", [
     ({}, "gate.overlap_workers"),
+    ({"overlap_workers": 8, "last_step": {"trajectories": [], "span_s": 1, "join_after_s": 0}},
+     "gate.last_step.trajectories"),
+    ({"overlap_workers": 8, "last_step": {"trajectories": [[[0, 1, 2]]], "span_s": 1, "join_after_s": 0}},
+     "gate.last_step.trajectories[0]"),
+    ({"overlap_workers": 8, "last_step": {"trajectories": [[[0, 1]]], "span_s": 0, "join_after_s": 0}},
+     "gate.last_step.span_s"),
+    ({"overlap_workers": 8, "last_step": {"trajectories": [[[0, 1]]], "span_s": 1}}, "gate.last_step.join_after_s"),
+    ({"overlap_workers": 8, "last_step": {"trajectories": [[[0, 1]]], "span_s": 1, "join_after_s": 0, "x": 1}},
+     "gate.last_step.x"),
     ({"overlap_workers": 8, "remaining": 65}, "gate.remaining"),
     ({"overlap_workers": 8, "toggle_cost_s": -1}, "gate.toggle_cost_s"),
     ({"overlap_workers": 8, "pool_usage": {"dedicated_busy_share": 1.5}}, "gate.pool_usage.dedicated_busy_share"),

@@ -73,3 +73,16 @@ def test_history_is_bounded_and_mid_step_context_counts_elapsed_time():
     ctx = learning.context(now=learning.started_at + 3.0, turns_done=(5, 1), profile=P)
     assert ctx.elapsed_s == pytest.approx(6.0) and len(ctx.remaining) == P.B
 
+
+
+def test_an_unborrowed_step_is_kept_for_the_gates_replay_and_a_borrowed_one_is_not():
+    from pearl_sglang.core.telemetry import TurnRecord
+
+    turns = tuple(TurnRecord(f"t{i}", k, 10, 5, 5, env_time_s=2.0 if k else 0.0, decode_time_s=0.5, request_s=1.0)
+                  for i in range(3) for k in range(4))
+    step = StepTelemetry(turns=turns, span_s=12.0)
+    kept, _ = fresh(time_scale=20.0).close(step.scaled(20.0), now=1.0, borrowed=False, number=0, dedicated_workers=2)
+    assert kept.timeline.workers == 2 and kept.timeline.span_s == pytest.approx(240.0)
+    assert kept.timeline.trajectories == (((0.0, 20.0),) + ((40.0, 20.0),) * 3,) * 3  # profile seconds, in order
+    borrowed, _ = kept.close(step, now=2.0, borrowed=True, number=1, dedicated_workers=2)
+    assert borrowed.timeline is None
