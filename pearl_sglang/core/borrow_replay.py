@@ -104,6 +104,8 @@ def speedup(*, A: float, b: float, concurrency: float, dedicated: int, overlap: 
 
 
 def _end(trajectories: tuple[Turns, ...], *, join_after_s: float, factor: float) -> float:
+    """When the slowest trajectory ends, requests begun from ``join_after_s`` on taking
+    ``factor`` times as long."""
     end = 0.0
     for turns in trajectories:
         t = 0.0
