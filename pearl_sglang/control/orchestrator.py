@@ -46,7 +46,7 @@ from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.state import Activity, OverlapOwner, StateTable, Zone
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
 from pearl_sglang.core.step_learning import StepLearning
 from pearl_sglang.core.step_model import MakespanModel
 from pearl_sglang.core.telemetry import ProfileTracker
@@ -273,16 +273,11 @@ class Orchestrator:
             if repeated is not None:
                 return repeated
             await self.store.apply([TrainFinished()])
-            answer = self._answer(self.on(GateAsked(remaining, self._arrival_s())))
+            answer = self._answer(self.on(GateAsked(remaining, launch_s=self.phases.mean_s("preparation"),
+                                                    activation_s=self.phases.mean_s("activation"))))
             if answer["borrowing"]:
                 await self.growths.regrow("train_finished", "intra_scale", borrow=True)
         return {"step": step, **answer}
-
-    def _arrival_s(self) -> float | None:
-        """How long lent workers take to serve, as measured: an activation (memory resume
-        and weight sync) when the overlap GPUs kept their processes, else a launch."""
-        kept = any(w.zone is Zone.OVERLAP for w in self.store.table.rollout_workers())
-        return self.phases.mean_s("activation" if kept else "preparation")
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
         return await self._once("gpus_join", request_id, {"gpus": list(gpus)}, lambda: self._gpus_join(gpus))

@@ -118,11 +118,19 @@ class FinishTraining:
 @dataclass(frozen=True)
 class GateAsked:
     """Training finished and the table says so: borrow its GPUs? (``remaining``: the
-    trainer's count of trajectories left, if it sent one; ``arrival_s``: how long lent
-    workers have taken to serve, shell seconds, None when never measured)."""
+    trainer's count of trajectories left, if it sent one; ``launch_s`` and
+    ``activation_s``: the mean measured time of a worker launch and of a kept worker's
+    memory resume and weight sync, shell seconds, None when never measured)."""
 
     remaining: float | None
-    arrival_s: float | None = None
+    launch_s: float | None = None
+    activation_s: float | None = None
+
+    def arrival_s(self, table: StateTable) -> float | None:
+        """How long lent workers take to serve: an activation when the overlap GPUs kept
+        their processes (retained workers in the table), else a launch."""
+        kept = any(w.zone is Zone.OVERLAP for w in table.rollout_workers())
+        return self.activation_s if kept else self.launch_s
 
 
 @dataclass(frozen=True)
@@ -282,7 +290,8 @@ def _finish_training(state: ControlState, e: FinishTraining, seen: Seen) -> tupl
 def _gate(state: ControlState, e: GateAsked, seen: Seen) -> tuple[ControlState, Effects]:
     learning, usage = state.learning, state.learning.usage
     ctx = state.context(seen, fresh=False)
-    join_after = None if e.arrival_s is None else ctx.elapsed_s + e.arrival_s * learning.time_scale
+    arrival = e.arrival_s(seen.table)
+    join_after = None if arrival is None else ctx.elapsed_s + arrival * learning.time_scale
     replay = replayed(state.config, seen.table, state.profile(), learning.timeline, join_after_s=join_after)
     ok, reason, decision = borrow(state.config, seen.table, state.profile(),
                                   toggle_cost_s=learning.gate.toggle_cost_s, remaining=e.remaining,

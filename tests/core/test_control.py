@@ -145,3 +145,13 @@ def test_the_same_events_give_the_same_state():
             state, _ = on_event(state, event, _seen(table, now))
         return state
     assert run() == run()
+
+
+def test_lent_workers_serve_after_a_launch_until_the_overlap_gpus_keep_processes():
+    from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
+
+    asked = GateAsked(None, launch_s=60.0, activation_s=6.0)
+    assert asked.arrival_s(_table()) == 60.0  # nothing ever launched on the overlap GPUs
+    kept = _table().put(WorkerRecord(7, ("t:0",), Zone.OVERLAP, Role.COLOCATED, Activity.INACTIVE))
+    assert asked.arrival_s(kept) == 6.0  # a retained process resumes
+    assert GateAsked(None, launch_s=60.0).arrival_s(kept) is None  # no resume measured yet
