@@ -60,10 +60,19 @@ def _with_id(kind: str, body: dict[str, Any], request_id: str | None) -> dict[st
     return body
 
 
+def _count(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
 def _step(step: int) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
-    return step
+    return _count(step, "step")
+
+
+def trajectory_count(count: int) -> int:
+    """``count`` as ``train_finished``'s ``remaining_trajectories``, else ``ValueError``."""
+    return _count(count, "remaining_trajectories")
 
 
 # ---- calls ---------------------------------------------------------------------------
@@ -87,10 +96,7 @@ def train_finished(cfg: ClientConfig, step: int, *, remaining_trajectories: int 
     counts every trajectory it has seen this step as running."""
     body: dict[str, Any] = {"step": _step(step)}
     if remaining_trajectories is not None:
-        if (isinstance(remaining_trajectories, bool) or not isinstance(remaining_trajectories, int)
-                or remaining_trajectories < 0):
-            raise ValueError(f"remaining_trajectories must be a non-negative int, got {remaining_trajectories!r}")
-        body["remaining_trajectories"] = remaining_trajectories
+        body["remaining_trajectories"] = trajectory_count(remaining_trajectories)
     body = _with_id("train_finished", body, request_id)
     return Call("POST", "/train_finished", body, timeout_s or cfg.timeout_s, TrainFinished.from_json)
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from pearl_rl_adapter.protocol import trajectory_count
+
 log = logging.getLogger("pearl.adapter")
 
 
@@ -28,10 +30,11 @@ def remaining_now(remaining: Callable[[], int | None] | None) -> int | None:
     except Exception as e:  # noqa: BLE001 - train_finished must still be sent
         log.warning("remaining() failed (%r); train_finished goes without a count", e)
         return None
-    if count is None or (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
-        return count
-    log.warning("remaining() answered %r, not a non-negative int; train_finished goes without a count", count)
-    return None
+    try:
+        return None if count is None else trajectory_count(count)
+    except ValueError as e:
+        log.warning("remaining(): %s; train_finished goes without a count", e)
+        return None
 
 
 def note_unfinished(step: int, body_error: BaseException, finish_error: BaseException) -> None:

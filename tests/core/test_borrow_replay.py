@@ -94,6 +94,9 @@ def test_guard_keeps_every_other_decision():
 def test_a_timeline_that_cannot_be_replayed_is_rejected(kw):
     with pytest.raises(InvalidConfig):
         StepTimeline(**{"trajectories": (((0.0, 1.0),),), "span_s": 10.0, "workers": 1, **kw})
+
+
+def test_negative_times_and_a_bad_join_are_rejected():
     with pytest.raises(InvalidConfig):
         StepTimeline((((0.0, -1.0),),), span_s=10.0, workers=1)
     with pytest.raises(InvalidConfig, match="join_after_s"):
