@@ -20,6 +20,7 @@ from pearl_sglang.emulator.http_generate import (
     Run, RunClosed, after_stream_end, chunk_body, error_body, final_answer, stream_intervals,
 )
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
+from pearl_sglang.emulator.prompt_ids import PromptIds
 from pearl_sglang.emulator.request import RequestRejected
 from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.router.encoded_ids import EncodedIds
@@ -43,8 +44,8 @@ class InProcessTransport:
         if worker is None or worker.closed:
             raise WorkerUnavailable(str(slot), f"no emulated worker at {url}")
         ids = body.get("input_ids")
-        if isinstance(ids, EncodedIds):  # the router kept them as JSON text; the emulator reads a list
-            body = {**body, "input_ids": ids.decoded()}
+        if isinstance(ids, EncodedIds):  # JSON text the router has checked: the engine hashes the array
+            body = {**body, "input_ids": PromptIds(ids.as_uint64())}
         try:
             parsed = parse_generate({**body, "stream": stream}, worker.codec)
             return worker, parsed, Run(worker, parsed.items, stream)

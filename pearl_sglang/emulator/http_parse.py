@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .codec import GrowingText, TextCodec
+from .prompt_ids import PromptIds
 from .request import Bootstrap, GenerateRequest, RequestHandle, SamplingParams
 
 SAMPLING_KEYS = (
@@ -101,6 +102,10 @@ def _per_item(value: Any, i: int) -> Any:
     return value[i] if isinstance(value, list) else value
 
 
+def _prompt(ids: "list[int] | PromptIds") -> "tuple[int, ...] | PromptIds":
+    return ids if isinstance(ids, PromptIds) else tuple(ids)
+
+
 def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
     if not isinstance(body, dict):
         raise _message("request body must be a JSON object")
@@ -115,6 +120,8 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
         if not all(isinstance(t, str) for t in texts):
             raise _message("text must be a string or a list of strings")
         prompts = [codec.encode(t) for t in texts]
+    elif isinstance(ids, PromptIds):  # one prompt its in-process caller has checked
+        is_batch, prompts = False, [ids]
     else:
         is_batch = bool(ids) and isinstance(ids[0], list)
         prompts = ids if is_batch else [ids]
@@ -159,7 +166,7 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
         if r is not None and not isinstance(room, list):
             r = room + i
         boot = Bootstrap(str(h), p, r) if h is not None or r is not None else None
-        items.append(GenerateRequest(rid=rids[i], input_ids=tuple(prompts[i]), sampling=sampling[i],
+        items.append(GenerateRequest(rid=rids[i], input_ids=_prompt(prompts[i]), sampling=sampling[i],
                                      bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i)),
                                      return_prompt_token_ids=body.get("return_prompt_token_ids") is True,
                                      priority=priority))

@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from .prompt_ids import PromptIds
+
 
 class DisaggregationMode(str, enum.Enum):
     """SGLang's ``--disaggregation-mode`` of one engine (not PEARL's view of a worker,
@@ -63,7 +65,7 @@ class Bootstrap:
 @dataclass(frozen=True)
 class GenerateRequest:
     rid: str
-    input_ids: tuple[int, ...]
+    input_ids: "tuple[int, ...] | PromptIds"
     sampling: SamplingParams = SamplingParams()
     bootstrap: Optional[Bootstrap] = None
     return_logprob: bool = False

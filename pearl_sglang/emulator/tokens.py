@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .prompt_ids import PromptIds
+
 if TYPE_CHECKING:
     from .request import SamplingParams
 
@@ -104,10 +106,12 @@ class _ChainPowers:
 _CHAIN = _ChainPowers()
 
 
-def _as_uint64(tokens: "list[int] | tuple[int, ...] | np.ndarray", n: int) -> np.ndarray:
+def _as_uint64(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", n: int) -> np.ndarray:
     """The first ``n`` ids as uint64.  Python ints convert to int64 about twice as fast as
     to uint64 (a prompt is converted on every request); ids that int64 cannot hold, or
     negative ones, take the direct conversion, which keeps its errors and values."""
+    if isinstance(tokens, PromptIds):
+        return tokens.array[:n]
     if not isinstance(tokens, np.ndarray):
         try:
             arr = np.fromiter(tokens, dtype=np.int64, count=n)
@@ -119,7 +123,7 @@ def _as_uint64(tokens: "list[int] | tuple[int, ...] | np.ndarray", n: int) -> np
     return np.asarray(tokens[:n], dtype=np.uint64)
 
 
-def block_hashes(tokens: "list[int] | tuple[int, ...] | np.ndarray", page: int) -> list[int]:
+def block_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", page: int) -> list[int]:
     """Hashes of every full ``page``-token prefix of ``tokens`` (prefix-cache keys).
 
     Key b is ``hash_tokens(tokens[:(b+1)*page])``: per-page hashes are chained as
@@ -148,7 +152,7 @@ def extend_block_hashes(keys: list[int], page: int, tail: "list[int]") -> list[i
     return out
 
 
-def prompt_hashes(tokens: "list[int] | tuple[int, ...]", page: int) -> tuple[list[int], int]:
+def prompt_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds", page: int) -> tuple[list[int], int]:
     """(page keys, hash of the whole sequence), converting ``tokens`` only once."""
     keys = block_hashes(tokens, page)
     return keys, hash_tokens(tokens[len(keys) * page:], keys[-1] if keys else 0)

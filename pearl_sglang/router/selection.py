@@ -17,8 +17,9 @@ worker of its latest turn. Holds only learned affinity and recency, never worker
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
+from itertools import chain, islice, repeat
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -212,14 +213,16 @@ class Selector:
             self._assigned[s] = self._assignments
         blocks, tree = self._blocks, self._tree_blocks
         held = self.matched_tokens(key, {slot}).get(slot, 0) // TOKEN_BLOCK
-        added = 0
         # Tail first, so a key's first blocks are the most recent and eviction takes its
-        # tail first, as a radix cache evicts leaves: what is held stays a prefix.
-        for h in reversed(key[held:]):
+        # tail first, as a radix cache evicts leaves: what is held stays a prefix. Most
+        # blocks of an agentic turn are new (its context was rewritten): they are added
+        # in C; only blocks some worker already holds take a Python step.
+        order = list(dict.fromkeys(reversed(key[held:])))
+        new = [h for h in order if h not in blocks]
+        added = len(new)
+        for h in order if len(new) < len(order) else ():
             owners = blocks.get(h)
             if owners is None:
-                blocks[h] = {slot: None}
-                added += 1
                 continue
             if slot not in owners:
                 owners[slot] = None
@@ -227,7 +230,8 @@ class Selector:
             elif len(owners) > 1:  # most recent server last
                 del owners[slot]
                 owners[slot] = None
-            blocks.move_to_end(h)
+        blocks.update(zip(new, map(dict.fromkeys, repeat((slot,), len(new)))))
+        deque(map(blocks.move_to_end, order), maxlen=0)
         if held:
             end = blocks[key[held - 1]]
             if len(end) > 1:
@@ -237,10 +241,11 @@ class Selector:
             deque(map(blocks.move_to_end, reversed(key[:held])), maxlen=0)
         if added:
             tree[slot] = tree.get(slot, 0) + added
-        while len(blocks) > self.policy.max_prefix_blocks:
-            _, owners = blocks.popitem(last=False)
-            for s in owners:
-                tree[s] -= 1
+        excess = len(blocks) - self.policy.max_prefix_blocks
+        if excess > 0:  # least recent first; a full map evicts about what each turn adds
+            evicted = list(islice(blocks, excess))
+            for s, n in Counter(chain.from_iterable(map(blocks.pop, evicted))).items():
+                tree[s] -= n
         if trajectory is not None:
             self._trajectory_owner[trajectory] = slot
             self._trajectory_owner.move_to_end(trajectory)

@@ -10,8 +10,10 @@ import pytest
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from benchmarks.harness.in_process_transport import InProcessTransport
 from pearl_sglang.control.cluster_config import EngineConfig
+from pearl_sglang import fastjson
 from pearl_sglang.control.launchers import LaunchSpec
 from pearl_sglang.core.state import Role
+from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.workers.client import Timeouts, WorkerClient
 from pearl_sglang.workers.errors import WorkerFailed, WorkerRejected, WorkerUnavailable
 
@@ -50,6 +52,29 @@ async def test_streams_and_one_document_answers_match_http(model_dir, emu) -> No
         one = await direct.post_json(slot=0, url=url, path="/generate", body={**body, "rid": "p"})
         assert _comparable(one) == _comparable(over_http[-1])
         assert not worker.direct_runs and not worker.engine.sched.running
+
+
+async def test_ids_the_router_kept_as_text_answer_as_a_list_does(model_dir, emu) -> None:
+    """The router hands over a checked prompt as ``EncodedIds``; the engine hashes its
+    uint64 array instead of a tuple of ints, and answers token for token the same,
+    prompt ids and input logprobs included. A second turn extending the first hits the
+    same cached prefix either way."""
+    async with emu("--model-path", str(model_dir), "--time-scale", "20") as (url, worker):
+        direct = InProcessTransport({url: worker}.get)
+        sp = {"max_new_tokens": 12, "ignore_eos": True}
+        answers = {}
+        for form in ("list", "text"):
+            assert worker.engine.flush_cache()
+            for turn, prompt in enumerate((list(range(300, 500)), list(range(300, 600)))):
+                ids = prompt if form == "list" else EncodedIds(fastjson.dumps(prompt)[1:-1])
+                body = {"input_ids": ids, "rid": f"{form}{turn}", "sampling_params": sp,
+                        "return_logprob": True, "return_prompt_token_ids": True}
+                answers[form, turn] = _comparable(await direct.post_json(slot=0, url=url, path="/generate",
+                                                                         body=body))
+        for turn in (0, 1):
+            assert answers["text", turn] == answers["list", turn]
+        assert answers["text", 1]["prompt_token_ids"] == list(range(300, 600))
+        assert answers["text", 1]["meta_info"]["cached_tokens"] > 0
 
 
 async def test_bad_input_is_the_same_rejection(model_dir, emu) -> None:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pearl_sglang.emulator.prefix_cache import PrefixCache
+from pearl_sglang.emulator.prompt_ids import PromptIds
 from pearl_sglang.emulator.stats import Stats
 from pearl_sglang.emulator.tokens import (TokenSpace, block_hashes, extend_hash, hash_tokens,
-                                          version_salt)
+                                          prompt_hashes, version_salt)
 from pearl_sglang.emulator.transfer import SharedLink
 
 tokens = st.lists(st.integers(0, 150_000), max_size=300)
@@ -155,3 +157,16 @@ def test_a_decode_run_records_what_its_iterations_would() -> None:
     run.record_decode_run(ends[7:60], durations[7:60], 9)
     run.record_decode_run(ends[60:], durations[60:], 9)
     assert vars(one) == vars(run)
+
+
+def test_prompt_ids_read_as_a_tuple_of_ints_and_hash_the_same() -> None:
+    ids = PromptIds(np.array([7, 2**64 - 1, 0], dtype=np.uint64))
+    assert ids == (7, 2**64 - 1, 0) and ids == [7, 2**64 - 1, 0] and ids != (7,)
+    assert ids[1:] == [2**64 - 1, 0] and type(ids[0]) is int and list(ids) == [7, 2**64 - 1, 0]
+    assert ids == PromptIds(np.array([7, 2**64 - 1, 0], dtype=np.uint64)) and len(ids) == 3
+    with pytest.raises(ValueError):
+        ids.array[0] = 1  # read-only: a request's prompt does not change under the engine
+    with pytest.raises(TypeError, match="uint64"):
+        PromptIds(np.array([1, 2], dtype=np.int64))
+    prompt = list(range(10, 10 + 3 * 16 + 5))
+    assert prompt_hashes(PromptIds(np.array(prompt, dtype=np.uint64)), 16) == prompt_hashes(tuple(prompt), 16)

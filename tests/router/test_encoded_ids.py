@@ -53,6 +53,16 @@ def test_encoded_ids_read_like_the_list(ids, more):
     assert enc == ids and list(enc) == ids and enc[len(ids) // 2:] == ids[len(ids) // 2:]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 10 ** MAX_DIGITS - 1), min_size=1, max_size=200))
+def test_the_uint64_array_holds_the_ids(ids):
+    """Every id the text path takes (up to MAX_DIGITS digits, above int64's range too)
+    reads back unchanged, without decoding the text into a list."""
+    enc = EncodedIds(fastjson.dumps(ids)[1:-1])
+    arr = enc.as_uint64()
+    assert arr.dtype == "uint64" and arr.tolist() == ids and not enc.is_decoded
+
+
 class _Recording:
     """The HTTP transport, keeping every body it sends."""
 

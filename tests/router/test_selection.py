@@ -2,6 +2,10 @@
 most recently used blocks survive eviction, an explicit trajectory id wins."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
+from hypothesis import given, settings, strategies as st
+
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.router.selection import SelectionPolicy, Selector, Target
 
@@ -34,6 +38,57 @@ def test_eviction_drops_the_least_recently_used_blocks_tail_first():
     assert [sel.holder((b,)) for b in (1, 2, 4, 5, 6)] == [None, 3, 2, 2, 3]
     sel.remember(_on(1), tuple(range(100, 110)))  # more than the limit: only its first four stay
     assert [sel.holder((b,)) for b in (4, 100, 103, 104, 109)] == [None, 1, 1, None, None]
+
+
+def _remember_block_by_block(blocks: OrderedDict, tree: dict, slot: int, key: tuple, held: int,
+                             limit: int) -> None:
+    """The rule ``remember`` keeps, one block at a time (what it did before it went to C)."""
+    added = 0
+    for h in reversed(key[held:]):
+        owners = blocks.get(h)
+        if owners is None:
+            blocks[h] = {slot: None}
+            added += 1
+            continue
+        if slot not in owners:
+            owners[slot] = None
+            added += 1
+        elif len(owners) > 1:
+            del owners[slot]
+            owners[slot] = None
+        blocks.move_to_end(h)
+    if held:
+        end = blocks[key[held - 1]]
+        if len(end) > 1:
+            del end[slot]
+            end[slot] = None
+        for h in reversed(key[:held]):
+            blocks.move_to_end(h)
+    if added:
+        tree[slot] = tree.get(slot, 0) + added
+    while len(blocks) > limit:
+        _, owners = blocks.popitem(last=False)
+        for s in owners:
+            tree[s] -= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(limit=st.integers(1, 12),
+       turns=st.lists(st.tuples(st.integers(1, 3), st.lists(st.integers(0, 2), max_size=8)), max_size=12))
+def test_remember_keeps_the_block_by_block_rule(limit, turns):
+    """Blocks, their owners in order, recency and per-worker counts equal the one-block-
+    at-a-time rule's after any sequence of turns (shared prefixes, eviction mid-turn).
+    A turn's blocks are chained as real keys are: block i names the path up to it."""
+    sel = Selector(SelectionPolicy(max_prefix_blocks=limit))
+    blocks: OrderedDict = OrderedDict()
+    tree: dict = {}
+    for slot, path in turns:
+        key = tuple(hash(tuple(path[:i + 1])) for i in range(len(path)))
+        held = sel.matched_tokens(key, {slot}).get(slot, 0) // 64
+        _remember_block_by_block(blocks, tree, slot, key, held, limit)
+        sel.remember(_on(slot), key)
+        assert [(h, list(o)) for h, o in sel._blocks.items()] == [(h, list(o)) for h, o in blocks.items()]
+        assert sel._tree_blocks == tree
 
 
 def test_matched_tokens_is_the_prefix_each_worker_holds():
