@@ -136,7 +136,8 @@ class Dispatcher:
 
     async def run(self, item: GenerateItem, *, trajectory: str | None = None, turn: int | None = None,
                   client_stream_interval: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Yield stitched cumulative chunks; the last one carries ``finish_reason``."""
+        """Yield stitched cumulative chunks; the last one carries ``finish_reason``. A client
+        that does not stream (``client_stream_interval`` None) gets only the last."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         # Held while a reconfiguration finishes; released in the order of the request's
@@ -186,10 +187,10 @@ class Dispatcher:
                         if first_chunk_at is None:
                             first_chunk_at = loop.time()
                             self._first_chunk(windows, item.rid, target, chunk, context, stitcher.generated)
-                        if _finish_reason(chunk) is None:
-                            yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
-                        else:
+                        if _finish_reason(chunk) is not None:
                             final = chunk
+                        elif client_stream_interval is not None:  # a client that waits reads only the last
+                            yield self._with_prompt_ids(stitcher.merged(), stitcher, item)
                 except (WorkerUnavailable, WorkerFailed) as e:
                     slot = int(e.worker_id)
                     failed.add(slot)

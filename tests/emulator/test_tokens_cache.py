@@ -114,6 +114,18 @@ def test_growing_text_equals_decoding_the_whole_output_each_time():
     assert fresh.decode([300, 301]) == " t300 t301" and fresh.decode([300]) == " t300"
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(256, (1 << 18) + 3), max_size=40))
+def test_the_fast_text_path_renders_each_generated_id_as_the_byte_path_does(ids):
+    from pearl_sglang.emulator.codec import TextCodec
+
+    fast = TextCodec(None).generated_text(ids)
+    if ids and min(ids) >= 259 and max(ids) < 1 << 18:
+        assert fast == "".join(f" t{i}" for i in ids)
+    else:
+        assert fast is None
+
+
 def test_byte_codec_encodes_specials_as_one_id_and_the_rest_as_utf8_bytes():
     from pearl_sglang.emulator.codec import TextCodec
 
