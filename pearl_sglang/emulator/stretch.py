@@ -13,7 +13,8 @@ ended by then, and the engine cuts the stretch short if the call changes anythin
 
 The stretch stops short of every change: a request's token-dependent stop (EOS, a stop
 id) or length limit, a stream chunk its caller waits for (``RequestHandle.notify_at``),
-the KV pool running out (decode would evict or retract), a transfer or timer of the
+the KV pool running out (decode would retract; the prefix-cache pages that stepping
+evicts one iteration at a time, ``commit`` evicts the same way), a transfer or timer of the
 engine, and any queued admission that could start.  Its last iteration is an ordinary
 ``Iteration``, completed by the engine's usual code, so finishes and callbacks happen
 exactly as before.  Requests with stop strings are never stretched (their check decodes
@@ -87,7 +88,9 @@ def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[
     by ``limit`` (the engine's next other event); None when it would be one iteration."""
     batch = it.decode
     b = len(batch)
-    kmax = min(MAX_STRETCH, sched.free_tokens() // b + 1)
+    # Each later iteration needs a KV token per request, from free space or, as stepping
+    # does it, from prefix-cache pages evicted for it (``commit``); never a retraction.
+    kmax = min(MAX_STRETCH, sched.available() // b + 1)
     for r in batch:
         if r.req.sampling.stop:
             return None
@@ -213,6 +216,17 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
         if h.first_token_time is None:
             h.first_token_time = first_end
         r.private += n
-    sched.private_total += n * len(st.batch)
+    _reserve_next(sched, n, len(st.batch))
     stats.record_decode_run(st.ends[lo:hi], st.durations[lo:hi], len(st.batch))
     st.done = hi
+
+
+def _reserve_next(sched: Scheduler, n: int, b: int) -> None:
+    """The KV of the ``n`` iterations planned after those committed, a token per request
+    each. Stepping's plan of each evicts its shortfall from the prefix cache first
+    (``Scheduler._ensure_decode_room``: least recent whole pages), which adds up to
+    evicting the whole shortfall at once."""
+    short = n * b - sched.free_tokens()
+    if short > 0:
+        sched.cache.evict(short)
+    sched.private_total += n * b

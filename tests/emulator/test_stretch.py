@@ -130,6 +130,52 @@ def test_stretches_and_iteration_stepping_give_the_same_run() -> None:
     assert stretch_events < 0.75 * step_events, (stretch_events, step_events)
 
 
+def kv_scenario(stretches: bool) -> tuple[dict, int]:
+    """A pool full of cached prefixes under a long decode: each iteration evicts a little of
+    the cache until nothing is left to evict and a request is retracted. Snapshots of the
+    pool and late requests for the cached prompts see how much was evicted, and when."""
+    c = VirtualCluster()
+    e = c.add_engine(TINY, EngineConfig(decode_stretches=stretches, max_total_tokens=1400,
+                                        max_running_requests=8))
+    events = [0]
+    process = e._process
+
+    def counted(t: float) -> None:
+        events[0] += 1
+        process(t)
+    e._process = counted
+    handles, pool = {}, []
+
+    def submit(rid: str, prompt, n: int) -> None:
+        handles[rid] = e.submit(GenerateRequest(rid=rid, input_ids=prompt,
+                                                sampling=SamplingParams(max_new_tokens=n, ignore_eos=True)))
+
+    for i in range(4):  # finish at once, leaving their prompts in the cache
+        c.call_at(0.001 * i, lambda i=i: submit(f"warm{i}", _prompt(100 + i, 192), 2))
+    for i in range(4):
+        c.call_at(0.3 + 0.001 * i, lambda i=i: submit(f"long{i}", _prompt(200 + i, 64), 400))
+    for k in range(16):  # none after 0.6 s: the last stretch runs into the pool's end alone
+        c.call_at(0.3 + 0.0191 * k, lambda: pool.append((e.loads(), e.sched.free_tokens(), e.sched.cache.tokens,
+                                                         e.sched.cache.evictable_tokens, e.sched.retracted_total)))
+    for i, at in enumerate((0.45, 0.5, 0.55, 1.3)):  # what is left of each cached prompt, and when
+        c.call_at(at, lambda i=i: submit(f"probe{i}", _prompt(100 + i, 192), 1))
+    c.run()
+    record = {"handles": {rid: (h.output_ids, h.finish_time, h.cached_tokens, h.num_retractions)
+                          for rid, h in handles.items()},
+              "pool": pool, "stats": vars(e.stats), "retracted": e.sched.retracted_total}
+    return record, events[0]
+
+
+def test_stretches_evict_the_cache_as_stepping_does() -> None:
+    stretched, stretch_events = kv_scenario(True)
+    stepped, step_events = kv_scenario(False)
+    assert stretched == stepped
+    cached = [tokens for _, _, tokens, _, _ in stepped["pool"]]
+    assert cached[0] > min(cached) and len(set(cached)) >= 4  # evicted a little at a time
+    assert stepped["retracted"] > 0  # until the pool ran out
+    assert stretch_events < 0.6 * step_events, (stretch_events, step_events)
+
+
 _U64 = st.integers(min_value=0, max_value=MASK)
 
 
