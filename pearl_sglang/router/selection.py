@@ -220,16 +220,14 @@ class Selector:
         order = list(dict.fromkeys(reversed(key[held:])))
         new = [h for h in order if h not in blocks]
         added = len(new)
-        for h in order if len(new) < len(order) else ():
-            owners = blocks.get(h)
-            if owners is None:
-                continue
-            if slot not in owners:
-                owners[slot] = None
-                added += 1
-            elif len(owners) > 1:  # most recent server last
-                del owners[slot]
-                owners[slot] = None
+        if len(new) < len(order):
+            for owners in (blocks[h] for h in order if h in blocks):
+                if slot not in owners:
+                    owners[slot] = None
+                    added += 1
+                elif len(owners) > 1:  # most recent server last
+                    del owners[slot]
+                    owners[slot] = None
         blocks.update(zip(new, map(dict.fromkeys, repeat((slot,), len(new)))))
         deque(map(blocks.move_to_end, order), maxlen=0)
         if held:
