@@ -79,12 +79,14 @@ class Utilization:
     def close_step(self) -> dict[str, Any]:
         now = self.clock()
         for slot, since in list(self._busy_since.items()):  # busy across the boundary: split
-            self._add_busy(slot, now - since)
+            if since < now:  # one that began at this instant is the new step's alone
+                self._add_busy(slot, now - since)
             self._busy_since[slot] = now
         step = {"index": self._closed, "started": self._step_started, "ended": now, **summarize(self._step)}
         self._closed += 1
         self.steps.append(step)
-        self._step, self._step_started = {}, None
+        # A worker still busy is busy in the new step from now (its time was split above).
+        self._step, self._step_started = {}, (now if self._busy_since else None)
         return step
 
     def _with_open(self, per_worker: dict[int, WorkerUsage]) -> dict[int, WorkerUsage]:

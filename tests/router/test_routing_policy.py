@@ -151,6 +151,19 @@ def test_utilization_counts_busy_time_tokens_and_steps():
     now[0] = 5.0
     assert u.state()["current_step"]["workers"]["1"]["busy_s"] == 1.0
     assert u.current_totals()[1].busy_s == 2.0
+    # The new step began busy (slot 1 across the boundary), not at slot 0's next request;
+    # a slot that becomes busy at the instant a step closes is not in the closed step.
+    u.occupancy(0, 0, 1)
+    u.occupancy(0, 1, 0)
+    u.occupancy(1, 1, 0)
+    u.occupancy(2, 0, 1)
+    closed = u.close_step()
+    assert closed["started"] == 4.0 and "2" not in closed["workers"]
+    now[0] = 6.0
+    u.occupancy(2, 1, 0)
+    assert u.close_step()["workers"]["2"]["busy_s"] == 1.0
+    now[0] = 7.0
+    assert u.close_step()["started"] is None  # nothing ran in it
 
 
 async def test_attach_mode_weighs_decode_with_the_measured_tokens_per_turn():
