@@ -51,6 +51,7 @@ from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGME
                                         system)
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from benchmarks.harness.in_process_front_door import InProcessFrontDoor
 from benchmarks.harness.in_process_transport import InProcessTransport
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.state import Activity, StateTable
@@ -90,6 +91,7 @@ class ReplayConfig:
     seed: int = 0
     stream_interval: int = 64                  # router -> worker chunk interval (router default 16)
     worker_transport: str = "in-process"       # router -> worker /generate: "in-process" or "http"
+    front_door: str = "in-process"             # driver -> router /generate: "in-process" or "http"
     engine_stepping: str = "stretch"           # emulator: "stretch" or "iteration" (same results, more CPU)
     sample_every_s: float = 60.0               # topology samples (virtual seconds)
     cold_start: bool = True                    # launched workers wait the profile's cold start
@@ -170,6 +172,12 @@ def cluster_mapping(config: ReplayConfig, sysdef: System, model_dir: Path) -> di
     return data
 
 
+def _front_door(config: ReplayConfig, app: web.Application) -> Optional[InProcessFrontDoor]:
+    if config.front_door not in ("in-process", "http"):
+        raise ValueError("front_door must be 'in-process' or 'http'")
+    return InProcessFrontDoor(app) if config.front_door == "in-process" else None
+
+
 def _transport_factory(config: ReplayConfig, launchers: list[InProcessEmulatorLauncher]) -> TransportFactory:
     if config.worker_transport == "http":
         return WorkerClient
@@ -248,7 +256,7 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
                     config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
                                         carry_over_share=config.carry_over_share),
                     time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
-                    on_step=recorder.on_step)
+                    on_step=recorder.on_step, front_door=_front_door(config, app))
                 replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
                 if replayer is not None:
                     tasks.append(asyncio.ensure_future(replayer.run()))
@@ -347,6 +355,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cold-start", action="store_true")
     parser.add_argument("--worker-transport", default="in-process", choices=["in-process", "http"],
                         help="how the router's generation calls reach the emulated workers")
+    parser.add_argument("--front-door", default="in-process", choices=["in-process", "http"],
+                        help="how the driver's turns reach the router")
     parser.add_argument("--engine-stepping", default="stretch", choices=["stretch", "iteration"],
                         help="emulated engines: runs of unchanging decode iterations as one event, "
                              "or one event per iteration (the same results, more CPU)")
@@ -364,7 +374,8 @@ def config_from_args(args: argparse.Namespace) -> ReplayConfig:
                         group_size=args.group_size, preset=args.preset, rewrite_fraction=args.rewrite_fraction,
                         train_step_s=args.train_step_s, steps=args.steps, seed=args.seed,
                         stream_interval=args.stream_interval, cold_start=not args.no_cold_start,
-                        worker_transport=args.worker_transport, engine_stepping=args.engine_stepping)
+                        worker_transport=args.worker_transport, front_door=args.front_door,
+                        engine_stepping=args.engine_stepping)
 
 
 def main(argv: list[str] | None = None) -> int:

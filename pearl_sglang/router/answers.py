@@ -30,6 +30,10 @@ class Answer:
             return web.json_response(self.document, status=self.status)
         return web.Response(status=self.status, body=self.raw, content_type=self.content_type.split(";")[0])
 
+    def body(self) -> bytes:
+        """The answer's bytes, as ``response()`` sends them."""
+        return json.dumps(self.document).encode() if self.document is not None else self.raw
+
     def event(self) -> Any:
         """The error event that ends a stream already under way."""
         if self.document is not None:

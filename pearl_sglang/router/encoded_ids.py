@@ -56,12 +56,26 @@ class EncodedIds(Sequence[int]):
     already validated (``canonical_ints``). Compares equal to any sequence of the same
     ids; slicing from a block boundary decodes only the tail."""
 
-    __slots__ = ("text", "commas", "_ids")
+    __slots__ = ("text", "commas", "_ids", "_array")
 
     def __init__(self, text: bytes, commas: np.ndarray | None = None) -> None:
         self.text = text
         self.commas = comma_positions(text) if commas is None else commas
         self._ids: list[int] | None = None
+        self._array: np.ndarray | None = None
+
+    @classmethod
+    def of_array(cls, ids: np.ndarray) -> "EncodedIds":
+        """The ids of a non-empty 1-d integer array whose values are all ids this text
+        takes (0 to 10^MAX_DIGITS - 1), written in C; ``ValueError`` for any other."""
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or not len(ids):
+            raise ValueError(f"need a non-empty 1-d integer array, not {ids.dtype} {ids.shape}")
+        if ids.min() < 0 or int(ids.max()) >= 10 ** MAX_DIGITS:
+            raise ValueError("ids must lie in [0, 10^19)")
+        ids = np.ascontiguousarray(ids, dtype=np.uint64)
+        encoded = cls(orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
+        encoded._array = ids
+        return encoded
 
     def __len__(self) -> int:
         return len(self.commas) + 1
@@ -73,7 +87,9 @@ class EncodedIds(Sequence[int]):
 
     def as_uint64(self) -> np.ndarray:
         """The ids as a new uint64 array, parsed from the text in C (every canonical id of
-        at most MAX_DIGITS digits fits)."""
+        at most MAX_DIGITS digits fits), or copied from the array they were written from."""
+        if self._array is not None:
+            return self._array.copy()
         return np.fromstring(self.text, dtype=np.uint64, sep=",")
 
     @property

@@ -14,7 +14,7 @@ import logging
 import re
 import secrets
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Mapping
 
 from aiohttp import web
 
@@ -23,7 +23,7 @@ from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.answers import answer_for
 from pearl_sglang.router.drain import abort
 from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams
-from pearl_sglang.router.generate_request import GenerateItem, parse_generate
+from pearl_sglang.router.generate_request import GenerateCall, GenerateItem, parse_generate
 from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
 from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries
@@ -63,28 +63,39 @@ async def generate(request: web.Request) -> web.StreamResponse:
     started = st.clock.now()
     body, ids_text = await read_generate_json(request)
     call = parse_generate(body, st.config.limits, ids_text)
-    busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
-    if busy:
-        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
-    trajectory, turn = _trajectory_headers(request, batch=call.is_batch)
-    items = call.items
-    if st.config.straggler_priority and trajectory is not None:
-        items = tuple(_with_straggler_priority(st, item, trajectory) for item in items)
-    # A streaming client sees SGLang's default of a chunk per token unless it asks otherwise.
-    interval = call.items[0].sampling.get("stream_interval", 1) if call.stream else None
-    runs = [st.dispatcher.run(item, trajectory=trajectory, turn=turn, client_stream_interval=interval)
-            for item in items]
+    runs = start_runs(st, call, *trajectory_headers(request.headers, batch=call.is_batch))
     try:
         if call.stream:
             with _StreamSlot(st, request):
                 return await _stream(request, runs, call.is_batch)
         with st.client_watch.watching(request):
-            # One item (a rollout turn) runs in this task: no task of its own to schedule.
-            results = await asyncio.gather(*(_last(r) for r in runs)) if len(runs) > 1 else [await _last(runs[0])]
-        return web.Response(body=fastjson.dumps(results if call.is_batch else results[0]),
-                            content_type="application/json")
+            answer = await unstreamed_answer(runs, call.is_batch)
+        return web.Response(body=fastjson.dumps(answer), content_type="application/json")
     finally:
         st.metrics.latency.labels("generate").observe(st.clock.now() - started)
+
+
+def start_runs(st: RouterState, call: GenerateCall, trajectory: str | None,
+               turn: int | None) -> list[AsyncIterator[dict[str, Any]]]:
+    """The dispatcher's run of each item of a parsed call; a rid already in flight is a 400."""
+    busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
+    if busy:
+        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    items = call.items
+    if st.config.straggler_priority and trajectory is not None:
+        items = tuple(_with_straggler_priority(st, item, trajectory) for item in items)
+    # A streaming client sees SGLang's default of a chunk per token unless it asks otherwise.
+    interval = call.items[0].sampling.get("stream_interval", 1) if call.stream else None
+    return [st.dispatcher.run(item, trajectory=trajectory, turn=turn, client_stream_interval=interval)
+            for item in items]
+
+
+async def unstreamed_answer(runs: list[AsyncIterator[dict[str, Any]]], is_batch: bool) -> Any:
+    """The answer a client that does not stream gets: the item's last chunk, or a list."""
+    if len(runs) > 1:
+        return await asyncio.gather(*(_last(r) for r in runs))
+    last = await _last(runs[0])  # one item (a rollout turn) runs in this task: none of its own
+    return [last] if is_batch else last
 
 
 _TURN = re.compile(r"[0-9]{1,9}")
@@ -98,11 +109,11 @@ def _with_straggler_priority(st: RouterState, item: GenerateItem, trajectory: st
     return replace(item, extra={**item.extra, "priority": 1 if late else 0})
 
 
-def _trajectory_headers(request: web.Request, *, batch: bool) -> tuple[str | None, int | None]:
+def trajectory_headers(headers: Mapping[str, str], *, batch: bool) -> tuple[str | None, int | None]:
     """Strict: a turn is 1-9 ASCII digits, a trajectory id at most 256 printable ASCII
     characters (anything else is a 400 naming the header)."""
-    trajectory = request.headers.get(TRAJECTORY_HEADER) or None
-    raw_turn = request.headers.get(TURN_HEADER)
+    trajectory = headers.get(TRAJECTORY_HEADER) or None
+    raw_turn = headers.get(TURN_HEADER)
     if raw_turn is not None and not _TURN.fullmatch(raw_turn):
         raise BadRequest(f"{TURN_HEADER} must be a non-negative integer of at most 9 ASCII digits, "
                          f"got {raw_turn[:40]!r}", kind="invalid_header")
@@ -233,7 +244,7 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     chat = request.path.endswith("chat/completions")
     call = parse_openai(await read_json(request), st.config.limits, chat=chat)
     body = call.body
-    trajectory, _ = _trajectory_headers(request, batch=call.sequences > 1)
+    trajectory, _ = trajectory_headers(request.headers, batch=call.sequences > 1)
     if openai_generate.eligible(body, chat=chat):
         return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")

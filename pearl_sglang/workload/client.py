@@ -5,13 +5,17 @@ This is the driver's only contact with the serving side; everything above it see
 trajectory's context untouched, so a retry resends the same prompt and the router's
 prefix cache or partial-trajectory retention can still help.  Every attempt has a
 timeout, so a turn ends (successfully or not) in bounded time.
+
+A replay that runs the router in the driver's own process may hand the client a
+``FrontDoor`` instead: the same body and headers reach the router's ``/generate`` without
+HTTP, and its answer or error comes back as the HTTP status and body would have.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import aiohttp
 import numpy as np
@@ -51,25 +55,34 @@ def _parse(body: Any, prompt_len: int) -> tuple[tuple[int, ...], int, int, str |
             cached if isinstance(cached, int) else 0, version if isinstance(version, str) else None)
 
 
+class FrontDoor(Protocol):
+    """The router's ``/generate`` in this process (see the module's docstring)."""
+
+    async def post_generate(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
+        """(200, the decoded answer) or (the error's HTTP status, its body's bytes)."""
+
+
 class GenerateClient:
     def __init__(self, session: aiohttp.ClientSession, router_url: str, *, time: EmulatedTime,
                  retry_delays_s: Sequence[float] = (0.5, 2.0, 8.0),
                  request_timeout_s: float = 900.0,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None,
+                 front_door: FrontDoor | None = None) -> None:
         self.session = session
         self.url = router_url.rstrip("/") + "/generate"
         self.time = time
         self.retry_delays_s = tuple(retry_delays_s)
         self.timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self.headers = dict(headers or {})
+        self.front_door = front_door
 
     async def _attempt(self, body: dict, headers: dict[str, str]) -> Any:
         try:
-            async with self.session.post(self.url, data=fastjson.dumps(body),
-                                         headers={**fastjson.JSON_HEADERS, **headers},
-                                         timeout=self.timeout) as resp:
-                data = await resp.read()
-                status = resp.status
+            if self.front_door is None:
+                status, data = await self._post(body, headers)
+            else:
+                async with asyncio.timeout(self.timeout.total):
+                    status, data = await self.front_door.post_generate(body, headers)
         except asyncio.TimeoutError as e:
             raise GenerateRetryable("request timed out") from e
         except aiohttp.ClientError as e:
@@ -77,8 +90,17 @@ class GenerateClient:
         if status != 200:
             cls = GenerateRetryable if status >= 500 or status in _RETRYABLE_4XX else GenerateRejected
             raise cls(f"HTTP {status}: {data[:300].decode(errors='replace')}", status=status)
+        return data
+
+    async def _post(self, body: dict, headers: dict[str, str]) -> tuple[int, Any]:
+        async with self.session.post(self.url, data=fastjson.dumps(body),
+                                     headers={**fastjson.JSON_HEADERS, **headers},
+                                     timeout=self.timeout) as resp:
+            data = await resp.read()
+            if resp.status != 200:
+                return resp.status, data
         try:
-            return fastjson.loads(data)
+            return 200, fastjson.loads(data)
         except ValueError as e:
             raise GenerateRejected("answer is not JSON") from e
 

@@ -34,7 +34,7 @@ from typing import Awaitable, Callable, Optional, Sequence
 import aiohttp
 
 from pearl_sglang.core.errors import InvalidConfig
-from pearl_sglang.workload.client import GenerateClient
+from pearl_sglang.workload.client import FrontDoor, GenerateClient
 from pearl_sglang.workload.environment import EmulatedEnvironment
 from pearl_sglang.workload.errors import TrainingFailed
 from pearl_sglang.workload.results import StepResult, Trajectory
@@ -91,9 +91,10 @@ class AgenticRLDriver:
                  trainer_profile: TrainerProfile = TrainerProfile(),
                  config: DriverConfig = DriverConfig(), time: EmulatedTime | None = None,
                  hooks: TrainHooks = TrainHooks(), trainer: Trainer | None = None,
-                 on_step: OnStep | None = None) -> None:
+                 on_step: OnStep | None = None, front_door: FrontDoor | None = None) -> None:
         config.validate()
         self.router_url = router_url
+        self.front_door = front_door  # the router in this process: turns skip HTTP (client.py)
         self.config = config
         self.time = time or EmulatedTime()
         self.sampler = SweSampler(workload)
@@ -127,7 +128,7 @@ class AgenticRLDriver:
         client = GenerateClient(session, self.router_url, time=self.time,
                                 retry_delays_s=self.config.retry_delays_s,
                                 request_timeout_s=self.config.request_timeout_s,
-                                headers=dict(self.config.headers))
+                                headers=dict(self.config.headers), front_door=self.front_door)
         return await self._pipeline(TrajectoryContext(self.sampler, self.environment, client,
                                                       policy_version=lambda: self._policy_version))
 

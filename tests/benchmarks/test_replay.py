@@ -62,6 +62,19 @@ def test_worker_transports_replay_the_same_steps(pd_mode):
         assert summaries["in-process"][k] == pytest.approx(summaries["http"][k], rel=1e-3)
 
 
+def test_front_doors_replay_the_same_steps():
+    """The driver's turns into the router in-process change the replay's CPU cost, not its
+    results: every step record, the summary, the samples and virtual time equal those of a
+    replay whose driver speaks HTTP to the router."""
+    config = ReplayConfig(system="pearl", segment=1, minutes=4, batch_size=8, group_size=4, train_step_s=60,
+                          workload={"turns_median": 4, "turns_max": 6})
+    runs = {d: replay(replace(config, front_door=d)) for d in ("in-process", "http")}
+    assert runs["in-process"]["steps"] and runs["in-process"]["steps"] == runs["http"]["steps"]
+    for k in ("summary", "samples", "engines"):
+        assert runs["in-process"][k] == runs["http"][k], k
+    assert runs["in-process"]["run"]["virtual_s"] == runs["http"]["run"]["virtual_s"]
+
+
 @pytest.mark.parametrize("pd_mode", ["colocated", "disaggregated"])
 def test_engine_steppings_replay_the_same_steps(pd_mode):
     """Decode stretches change how many engine events a replay runs, not its results: every

@@ -6,7 +6,9 @@ from __future__ import annotations
 import random
 
 import httpx
+import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from pearl_sglang import fastjson
@@ -105,3 +107,24 @@ async def test_a_long_prompt_reaches_the_worker_without_being_decoded():
     sent = [b["input_ids"] for b in bodies]
     assert all(isinstance(s, EncodedIds) and not s.is_decoded for s in sent), sent
     assert sent[0] == ids
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 10**MAX_DIGITS - 1), min_size=1, max_size=300))
+def test_ids_written_from_an_array_are_the_checked_text(ids):
+    array = np.array(ids, dtype=np.uint64)
+    enc = EncodedIds.of_array(array)
+    assert enc.text == fastjson.dumps(ids)[1:-1] and canonical_ints(enc.text, enc.commas)
+    assert enc == ids and len(enc) == len(ids)
+    copy = enc.as_uint64()
+    assert copy.tolist() == ids
+    copy[0] += 1  # a copy: the ids stay as written
+    assert enc.as_uint64().tolist() == ids
+
+
+@pytest.mark.parametrize("array", [np.array([], dtype=np.int64), np.array([3, -1], dtype=np.int64),
+                                   np.array([1.0, 2.0]), np.zeros((2, 2), dtype=np.int64),
+                                   np.array([10**MAX_DIGITS], dtype=np.uint64)])
+def test_only_arrays_of_ids_are_written(array):
+    with pytest.raises(ValueError):
+        EncodedIds.of_array(array)
