@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 from aiohttp import web
+from multidict import CIMultiDict
 
 from pearl_sglang.router.answers import answer_for
 from pearl_sglang.router.encoded_ids import EncodedIds
@@ -56,7 +57,7 @@ class InProcessFrontDoor:
             call = parse_generate(body, st.config.limits, ids_text)
             if call.stream:
                 raise ValueError("the in-process front door answers whole, not as a stream")
-            runs = start_runs(st, call, *trajectory_headers(headers, batch=call.is_batch))
+            runs = start_runs(st, call, *trajectory_headers(CIMultiDict(headers), batch=call.is_batch))
             try:
                 status, answer = 200, await unstreamed_answer(runs, call.is_batch)
             finally:

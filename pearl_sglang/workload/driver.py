@@ -3,7 +3,7 @@
 The pipeline is the paper's (sections 2.1, 4.1.2, 6.1) with a policy staleness of one
 step: the trainer waits for a complete batch of B trajectories; training k starts once
 batch k is complete and step k-1's weights are pushed, and the rollout of step k+1
-starts beside it, on weights one update behind.  Rollout k+2 therefore waits for both
+starts beside it (once the router has answered ``train_begin``), on weights one update behind.  Rollout k+2 therefore waits for both
 batch k+1 and the weights of step k, so no trajectory is ever more than one step stale.  Around every training step
 the hooks fire in a fixed order: ``train_begin``, ``train_finished`` (also when the
 trainer raises or the run is cancelled), then ``push_weights`` after a good update.
@@ -143,9 +143,13 @@ class AgenticRLDriver:
                 batch = await current
                 running = None
                 last = self._stopping or (self.config.steps is not None and step + 1 >= self.config.steps)
+                train_start = self.time.now()
+                # The router closes step k (and takes back what training needs) before the
+                # first turn of step k+1 reaches it: that rollout's topology is decided here.
+                await self.hooks.train_begin(step)
                 if not last:
                     current = running = asyncio.create_task(self._rollout(ctx, step + 1, batch.carried_out))
-                result = await self._train(step, batch, period_start)
+                result = await self._train(step, batch, period_start, train_start)
                 results.append(result)
                 period_start = result.end
                 log.info("step %d: %.1f s, %.0f tok/s, %d turns, %d errors, %d failed trajectories",
@@ -210,9 +214,8 @@ class AgenticRLDriver:
                       carried_in=tuple(p.trajectory_id for p in carried),
                       carried_out=tuple(sorted(out, key=lambda p: order[p.trajectory_id])))
 
-    async def _train(self, step: int, batch: _Batch, period_start: float) -> StepResult:
-        train_start = self.time.now()
-        await self.hooks.train_begin(step)
+    async def _train(self, step: int, batch: _Batch, period_start: float, train_start: float) -> StepResult:
+        """Training after ``train_begin``: ``train_finished`` (also when it fails), then the push."""
         try:
             await self.trainer.train(step, batch.trajectories)
         except Exception as e:

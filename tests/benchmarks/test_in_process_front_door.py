@@ -36,7 +36,7 @@ _REFUSED = [
     ({"input_ids": np.array([5, -3, 9], dtype=np.int64), "sampling_params": _SAMPLING}, {}),
     ({"input_ids": np.array([], dtype=np.int64), "sampling_params": _SAMPLING}, {}),
     ({"input_ids": np.array([1.5, 2.0]), "sampling_params": _SAMPLING}, {}),
-    ({"input_ids": _ids(40, 7), "sampling_params": _SAMPLING}, {"X-Pearl-Turn": "-1"}),
+    ({"input_ids": _ids(40, 7), "sampling_params": _SAMPLING}, {"x-pearl-turn": "-1"}),  # any case, as in HTTP
     ({"input_ids": _ids(40, 7), "sampling_params": {**_SAMPLING, "tempreature": 0.5}}, {}),
 ]
 

@@ -28,10 +28,12 @@ class HookLog:
 
     time: EmulatedTime
     calls: list[tuple[str, int, float]] = field(default_factory=list)
+    begin_s: float = 0.0  # how long train_begin takes to answer
 
     def hooks(self) -> TrainHooks:
         async def begin(step: int) -> None:
             self.calls.append(("train_begin", step, self.time.now()))
+            await self.time.wait(self.begin_s)
 
         async def finished(step: int) -> None:
             self.calls.append(("train_finished", step, self.time.now()))

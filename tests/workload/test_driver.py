@@ -84,6 +84,18 @@ async def test_two_steps_over_router_and_emulators():
     assert begin1 >= second.rollout_end
 
 
+async def test_the_next_rollout_starts_once_the_router_has_answered_train_begin():
+    """Step k is closed at the router (and what training takes back is back) before any turn
+    of step k+1 reaches it; that rollout still runs beside training k."""
+    time = scaled_time()
+    log = HookLog(time, begin_s=2.0)
+    first, second = await _run_on_cluster(dict(workload=TINY, trainer_profile=PROFILE, time=time,
+                                                config=DriverConfig(steps=2), hooks=log.hooks()))
+    begin0 = next(t for name, step, t in log.calls if (name, step) == ("train_begin", 0))
+    assert second.rollout_start >= begin0 + 2.0
+    assert first.train_start <= begin0 and second.rollout_start < first.train_end
+
+
 async def test_failed_training_still_sends_train_finished_and_stops():
     time = scaled_time()
     log, seen = HookLog(time), []
