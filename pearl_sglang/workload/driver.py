@@ -3,8 +3,10 @@
 The pipeline is the paper's (sections 2.1, 4.1.2, 6.1) with a policy staleness of one
 step: the trainer waits for a complete batch of B trajectories; training k starts once
 batch k is complete and step k-1's weights are pushed, and the rollout of step k+1
-starts beside it (once the router has answered ``train_begin``), on weights one update behind.  Rollout k+2 therefore waits for both
-batch k+1 and the weights of step k, so no trajectory is ever more than one step stale.  Around every training step
+starts beside it, on weights one update behind, once the router has answered
+``train_begin`` (so the router closes step k before any turn of step k+1 arrives).
+Rollout k+2 therefore waits for both batch k+1 and the weights of step k, so no
+trajectory is ever more than one step stale.  Around every training step
 the hooks fire in a fixed order: ``train_begin``, ``train_finished`` (also when the
 trainer raises or the run is cancelled), then ``push_weights`` after a good update.
 
