@@ -4,7 +4,9 @@ in-process emulated workers, on a virtual clock.
 Real code: the router (dispatch, migration, telemetry), the control plane (decision
 engine, planner, orchestrator, executors, borrowing gate), the RL driver
 (``AgenticRLDriver`` with its admin hooks) and the trace replayer, talking to the router
-over loopback HTTP.  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
+over loopback HTTP, except the driver's turns, which reach it in-process
+(``benchmarks.harness.in_process_front_door``; ``--front-door http`` sends them over HTTP,
+with the same results).  Emulated: the workers (``pearl_sglang.emulator`` in this process), the agent
 environment, the trainer and time (``vtime.VirtualTimeLoop``).  A two-hour segment
 therefore replays in CPU time only.  The router's generation calls reach the emulated
 workers in-process (``benchmarks.harness.in_process_transport``), as does a PD decode's KV
