@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from .. import fastjson
+
 BYTE_SPECIALS = {"<|endoftext|>": 256, "<|im_start|>": 257, "<|im_end|>": 258}
 _SPECIAL = re.compile("|".join(map(re.escape, BYTE_SPECIALS)))
 
@@ -119,11 +121,12 @@ class TextCodec:
 
     def generated_text(self, ids: list[int]) -> Optional[str]:
         """The byte codec's text of generated ids (all >= 259: `` t<id>`` each, so a
-        prefix's text is a prefix of the text); None when ``ids`` hold other ids. Formatted
-        in C, not looked up in a table of 2**18 strings: in a replay's large heap each
-        lookup missed the cache, and this was twice as fast."""
+        prefix's text is a prefix of the text); None when ``ids`` hold other ids. Written
+        by orjson as ``a,b,c`` and the commas replaced, five times faster than formatting
+        each id (a table of 2**18 strings was slower still: in a replay's large heap each
+        lookup missed the cache)."""
         if self._tok is None and ids and min(ids) >= 259 and max(ids) < _GENERATED_IDS:
-            return " t" + " t".join(map(str, ids))
+            return " t" + fastjson.dumps(ids)[1:-1].decode().replace(",", " t")
         return None
 
     def render_chat(self, messages: list[dict]) -> str:

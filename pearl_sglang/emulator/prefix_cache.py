@@ -12,7 +12,8 @@ eviction never removes a locked page; a key's refcount never goes negative.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from itertools import filterfalse, repeat
 
 
 class PrefixCache:
@@ -72,19 +73,18 @@ class PrefixCache:
                 self._lru[k] = None
 
     def insert(self, keys: list[int]) -> int:
-        """Add pages (unlocked); returns how many were new."""
+        """Add pages (unlocked); returns how many were new. As if each key, last first, were
+        added or (unlocked and present) made most recent, one at a time; the loops run in C."""
         if not self.enabled:
             return 0
-        new = 0
-        for k in reversed(keys):
-            if k in self._refs:
-                if k in self._lru:
-                    self._lru.move_to_end(k)
-                continue
-            self._refs[k] = 0
-            self._lru[k] = None
-            new += 1
-        return new
+        refs, lru = self._refs, self._lru
+        last_first = keys[::-1]
+        new = dict.fromkeys(filterfalse(refs.__contains__, last_first))
+        refs.update(zip(new, repeat(0)))
+        lru.update(zip(new, repeat(None)))
+        if len(new) < len(last_first):  # present or repeated keys: the unlocked ones in their place
+            deque(map(lru.move_to_end, filter(lru.__contains__, last_first)), maxlen=0)
+        return len(new)
 
     def evict(self, tokens: int) -> int:
         """Evict unlocked pages, oldest first, until ``tokens`` are freed; returns freed."""

@@ -44,9 +44,13 @@ class CostModel:
     def decode_s(self, batch: int, context_tokens: int) -> float:
         if batch <= 0:
             return 0.0
+        return self.decode_batch_s(batch) + self.decode_per_ctx_token_s * context_tokens
+
+    def decode_batch_s(self, batch: int) -> float:
+        """The terms of ``decode_s`` that depend on the batch alone (a decode stretch adds
+        them once for all its iterations)."""
         moe = min(batch * self.moe_expert_per_seq_s, self.moe_expert_max_s)
-        return (self.decode_fixed_s + self.decode_per_seq_s * batch + moe
-                + self.decode_per_ctx_token_s * context_tokens)
+        return self.decode_fixed_s + self.decode_per_seq_s * batch + moe
 
     def prefill_tokens_s(self, n: int, start: int) -> float:
         """Compute time of ``n`` new tokens at positions ``start .. start+n-1``."""

@@ -7,6 +7,9 @@ prefill insertions, from exactly that split."""
 from __future__ import annotations
 
 from collections import deque
+from functools import reduce
+from itertools import repeat
+from operator import add
 
 from .request import RequestHandle
 from .scheduler import Iteration
@@ -54,12 +57,10 @@ class Stats:
         """``record`` of decode-only iterations ``ends[i]``/``durations[i]`` with ``tokens``
         each, in order: the same sums, added in the same order, and the same window (which
         only drops entries older than the last end's window)."""
-        busy, decode_s, window = self.busy_s, self.decode_only_s, self._window
-        for t, d in zip(ends, durations):
-            decode_s += d
-            busy += d
-            window.append((t, tokens, d))
-        self.busy_s, self.decode_only_s = busy, decode_s
+        window = self._window
+        self.decode_only_s = reduce(add, durations, self.decode_only_s)  # left to right, as record adds
+        self.busy_s = reduce(add, durations, self.busy_s)
+        window.extend(zip(ends, repeat(tokens), durations))
         n = len(ends)
         self.iterations += n
         self.decode_only_tokens += n * tokens

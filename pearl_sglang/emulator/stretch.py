@@ -27,6 +27,7 @@ hashes after each token are kept, so committing does not hash the tokens again.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -99,10 +100,13 @@ def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[
         return None
     cost, ctx = sched.cost, it.context_tokens
     ends, durations = [start + it.duration], [it.duration]
-    while len(ends) < kmax:
-        d = cost.decode_s(b, ctx + len(ends) * b)
-        e = ends[-1] + d
-        if limit is not None and e > limit:
+    # ``cost.decode_s(b, c)`` of each later iteration, its batch terms computed once.
+    fixed, per_ctx, e = cost.decode_batch_s(b), cost.decode_per_ctx_token_s, ends[0]
+    end_by = float("inf") if limit is None else limit
+    for c in range(ctx + b, ctx + kmax * b, b):
+        d = fixed + per_ctx * c
+        e += d
+        if e > end_by:
             break
         ends.append(e)
         durations.append(d)
@@ -142,6 +146,20 @@ _U = np.uint64
 _SM_ADD, _SM_M1, _SM_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
+@functools.lru_cache(maxsize=256)
+def _constants(space: TokenSpace, b: int) -> tuple[np.ndarray, ...]:
+    """``draw_batch``'s operands for a batch of ``b``, read-only: splitmix64's constants and
+    shifts, the hash base, 1, the space's low id and span, then each id it must redraw."""
+    def const(v: int) -> np.ndarray:
+        a = np.full(b, v, dtype=np.uint64)
+        a.flags.writeable = False
+        return a
+
+    banned = sorted(t for t in {space.eos_token_id, *space.special_ids} if space.low <= t < space.vocab_size)
+    return tuple(map(const, (_SM_ADD, _SM_M1, _SM_M2, 30, 27, 31, BASE, 1, space.low, space.vocab_size - space.low,
+                             *banned)))
+
+
 def draw_batch(space: TokenSpace, hashes: list[int], salts: list[int], n: int) -> tuple[list[list[int]], list[list[int]]]:
     """``n`` tokens of each request (context hashes ``hashes``, salts ``salts``) that
     cannot finish on a token, and the hash after each: ``TokenSpace.next_token`` on all of
@@ -151,12 +169,7 @@ def draw_batch(space: TokenSpace, hashes: list[int], salts: list[int], n: int) -
     times more than array-by-array ones at these sizes."""
     b = len(hashes)
 
-    def const(v: int) -> np.ndarray:
-        return np.full(b, v, dtype=np.uint64)
-
-    add, m1, m2, s30, s27, s31 = const(_SM_ADD), const(_SM_M1), const(_SM_M2), const(30), const(27), const(31)
-    base, one, low, span = const(BASE), const(1), const(space.low), const(space.vocab_size - space.low)
-    banned = [const(t) for t in sorted({space.eos_token_id, *space.special_ids}) if space.low <= t < space.vocab_size]
+    add, m1, m2, s30, s27, s31, base, one, low, span, *banned = _constants(space, b)
     h = np.array(hashes, dtype=np.uint64)
     salt = np.array(salts, dtype=np.uint64)
     toks = np.empty((n, b), dtype=np.uint64)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
+from itertools import chain, filterfalse, islice, repeat
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -141,6 +141,11 @@ def _chain(h: int, text: bytes, commas: np.ndarray | None = None) -> tuple[int, 
     return tuple(hashes)
 
 
+def _last_served(owners: tuple[int, ...], slot: int) -> tuple[int, ...]:
+    """``owners`` with ``slot`` moved to the end (the most recent server)."""
+    return (*(s for s in owners if s != slot), slot)
+
+
 @dataclass(frozen=True)
 class SelectionPolicy:
     """Bounds of the learned maps (blocks and trajectories remembered, LRU)."""
@@ -161,7 +166,9 @@ class Selector:
         self.pushes = pushes
         self.routing = make_policy(routing) if isinstance(routing, str) else routing
         self.rates = rates
-        self._blocks: OrderedDict[int, dict[int, None]] = OrderedDict()  # hash -> slots, most recent last
+        # hash -> slots, most recent last. A tuple, shared by every block one worker alone
+        # holds: a map of 2^20 blocks allocates nothing per block, and fits the cache better.
+        self._blocks: OrderedDict[int, tuple[int, ...]] = OrderedDict()
         self._tree_blocks: dict[int, int] = {}                            # slot -> blocks it holds
         self._trajectory_owner: OrderedDict[str, int] = OrderedDict()
         self._assigned: dict[int, int] = {}                               # slot -> assignment number
@@ -218,23 +225,24 @@ class Selector:
         # blocks of an agentic turn are new (its context was rewritten): they are added
         # in C; only blocks some worker already holds take a Python step.
         order = list(dict.fromkeys(reversed(key[held:])))
-        new = [h for h in order if h not in blocks]
+        new = list(filterfalse(blocks.__contains__, order))
         added = len(new)
         if len(new) < len(order):
-            for owners in (blocks[h] for h in order if h in blocks):
+            for h in order:
+                owners = blocks.get(h)
+                if owners is None:
+                    continue
                 if slot not in owners:
-                    owners[slot] = None
+                    blocks[h] = (*owners, slot)
                     added += 1
-                elif len(owners) > 1:  # most recent server last
-                    del owners[slot]
-                    owners[slot] = None
-        blocks.update(zip(new, map(dict.fromkeys, repeat((slot,), len(new)))))
+                elif owners[-1] != slot:  # most recent server last
+                    blocks[h] = _last_served(owners, slot)
+        blocks.update(zip(new, repeat((slot,), len(new))))
         deque(map(blocks.move_to_end, order), maxlen=0)
         if held:
-            end = blocks[key[held - 1]]
-            if len(end) > 1:
-                del end[slot]
-                end[slot] = None
+            h = key[held - 1]
+            if blocks[h][-1] != slot:
+                blocks[h] = _last_served(blocks[h], slot)
             # The prefix it already held: refresh recency only (the loop runs in C).
             deque(map(blocks.move_to_end, reversed(key[:held])), maxlen=0)
         if added:
@@ -268,7 +276,7 @@ class Selector:
         for h in reversed(key):
             owners = self._blocks.get(h)
             if owners:
-                return next(reversed(owners))
+                return owners[-1]
         return None
 
     def matched_tokens(self, key: tuple[int, ...], slots: set[int]) -> dict[int, int]:
@@ -281,7 +289,7 @@ class Selector:
         if not first:
             return found
         last = len(key) - 1
-        tail = blocks.get(key[last]) or {}
+        tail = blocks.get(key[last]) or ()
         for s in first:
             if s not in slots:
                 continue

@@ -182,3 +182,40 @@ def test_prompt_ids_read_as_a_tuple_of_ints_and_hash_the_same() -> None:
         PromptIds(np.array([1, 2], dtype=np.int64))
     prompt = list(range(10, 10 + 3 * 16 + 5))
     assert prompt_hashes(PromptIds(np.array(prompt, dtype=np.uint64)), 16) == prompt_hashes(tuple(prompt), 16)
+
+
+def _insert_one_by_one(cache: PrefixCache, keys: list[int]) -> int:
+    new = 0
+    for k in reversed(keys):
+        if k in cache._refs:
+            if k in cache._lru:
+                cache._lru.move_to_end(k)
+            continue
+        cache._refs[k] = 0
+        cache._lru[k] = None
+        new += 1
+    return new
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from("ilue"), st.lists(st.integers(0, 12), max_size=10)), max_size=40))
+def test_insert_is_the_one_key_at_a_time_rule(ops: list[tuple[str, list[int]]]) -> None:
+    """Pages added, made recent, left alone while locked, repeated keys: the batch insert
+    leaves the same pages in the same LRU order, and counts the same new ones."""
+    fast, slow = PrefixCache(page=1), PrefixCache(page=1)
+    locked: list[list[int]] = []
+    for op, keys in ops:
+        if op == "i":
+            assert fast.insert(keys) == _insert_one_by_one(slow, keys)
+        elif op == "l":
+            held = [k for k in dict.fromkeys(keys) if k in fast._refs]
+            fast.lock(held)
+            slow.lock(held)
+            locked.append(held)
+        elif op == "u" and locked:
+            held = locked.pop()
+            fast.unlock(held)
+            slow.unlock(held)
+        elif op == "e":
+            assert fast.evict(len(keys)) == slow.evict(len(keys))
+        assert list(fast._lru) == list(slow._lru) and fast._refs == slow._refs
