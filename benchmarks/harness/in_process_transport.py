@@ -55,13 +55,21 @@ class InProcessTransport:
         except RequestRejected as e:
             raise _rejection(slot, e.status, error_body(e.status, e.message)) from e
 
-    async def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def stream_generate(self, *, slot: int, url: str, body: dict[str, Any],
+                              every_chunk: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Without ``every_chunk``: the first chunk and the final one; the engine keeps the
+        progress between (``Run.updates``), and a stream that breaks first yields the chunk
+        of each request's latest progress, as the last chunk read over HTTP would be."""
         worker, parsed, run = self._open(slot, url, body, stream=True)
         worker.direct_runs.add(run)
         try:
-            async for i, final in run.updates(stream_intervals(worker, parsed)):
+            async for i, final in run.updates(stream_intervals(worker, parsed), every_chunk=every_chunk):
                 yield chunk_body(run, parsed, i, final)
         except RunClosed:
+            worker.engine.advance()  # the stretch iterations that ended by now, with their progress
+            for i, h in enumerate(run.handles):
+                if h.progress is not None and not h.finished:
+                    yield chunk_body(run, parsed, i, False, at=h.progress)
             raise WorkerUnavailable(str(slot), "stream broke: the worker stopped") from None
         finally:
             worker.direct_runs.discard(run)

@@ -201,6 +201,8 @@ class Engine(ControlMixin, PDMixin):
                 self._inbox.popleft()()
             self._kick(t)
             if not self._inbox:
+                if self.sched.progressed:
+                    self.sched.record_progress()
                 return
 
     def _kick(self, t: float) -> None:

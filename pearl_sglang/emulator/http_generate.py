@@ -20,10 +20,13 @@ from aiohttp import web
 from .. import fastjson
 from .codec import GrowingText
 from .http_parse import BadRequest, ParsedGenerate, meta_info, output_text, parse_generate, parse_sampling
-from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
+from .request import Bootstrap, GenerateRequest, Progress, RequestHandle, RequestRejected, SamplingParams
 from .worker import WORKER, Worker
 
 DONE = b"data: [DONE]\n\n"
+
+
+_NEVER = 1 << 62  # an output length no request reaches
 
 
 class _Watch:
@@ -138,13 +141,20 @@ class Run:
             self.abort()
             raise
 
-    def body(self, i: int, *, final: bool) -> dict:
+    def body(self, i: int, *, final: bool, at: Optional[Progress] = None) -> dict:
+        """Request ``i``'s chunk now, or (``at``) the chunk it would have streamed at that
+        progress, which the engine kept instead of waking the stream."""
         h, req = self.handles[i], self.items[i]
         inp = _input_logprobs(req.input_ids) if req.return_logprob else None
-        out = {"text": self.text(i),
-               "output_ids": list(h.output_ids),
+        if at is None:
+            text, ids = self.text(i), list(h.output_ids)
+        else:
+            ids = h.output_ids[:at.completion_tokens]
+            text = self.worker.codec.decode(ids, skip_special_tokens=req.sampling.skip_special_tokens)
+        out = {"text": text,
+               "output_ids": ids,
                "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,
-                                      input_logprobs=inp)}
+                                      input_logprobs=inp, at=at)}
         if req.return_prompt_token_ids:  # SGLang sends them with every chunk
             out["prompt_token_ids"] = list(req.input_ids)
         return out
@@ -159,8 +169,11 @@ class Run:
                 return fr.status_code, fr.message or "aborted"
         return None
 
-    async def updates(self, intervals: list[int]) -> AsyncIterator[tuple[int, bool]]:
-        """``(i, final)`` whenever request ``i`` has ``intervals[i]`` new tokens or finished."""
+    async def updates(self, intervals: list[int], *, every_chunk: bool = True) -> AsyncIterator[tuple[int, bool]]:
+        """``(i, final)`` whenever request ``i`` has ``intervals[i]`` new tokens or finished.
+        ``every_chunk`` False: each request's first chunk and its final one; in between the
+        engine keeps what each chunk would have read (``RequestHandle.progress``) and wakes
+        no one, so its decode stretches run on past them."""
         sent = [0] * len(self.handles)
         pending = set(range(len(self.handles)))
         for w, h, interval in zip(self.watches, self.handles, intervals):
@@ -186,7 +199,11 @@ class Run:
                     yield i, True
                 elif n - sent[i] >= intervals[i]:
                     sent[i] = n
-                    w.next_at = h.notify_at = n + intervals[i]
+                    if every_chunk:
+                        w.next_at = h.notify_at = n + intervals[i]
+                    else:
+                        w.next_at = h.notify_at = _NEVER
+                        h.progress_every, h.progress_next = intervals[i], n + intervals[i]
                     yield i, False
 
     async def stream(self, response: web.StreamResponse, intervals: list[int],
@@ -247,8 +264,8 @@ def final_answer(run: Run, parsed: ParsedGenerate) -> tuple[int, Any]:
     return 200, bodies if parsed.is_batch else bodies[0]
 
 
-def chunk_body(run: Run, parsed: ParsedGenerate, i: int, final: bool) -> dict:
-    body = run.body(i, final=final)
+def chunk_body(run: Run, parsed: ParsedGenerate, i: int, final: bool, *, at: Optional[Progress] = None) -> dict:
+    body = run.body(i, final=final, at=at)
     if parsed.is_batch:
         body["index"] = i
     return body

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from .codec import GrowingText, TextCodec
 from .prompt_ids import PromptIds
-from .request import Bootstrap, GenerateRequest, RequestHandle, SamplingParams
+from .request import Bootstrap, GenerateRequest, Progress, RequestHandle, SamplingParams
 
 SAMPLING_KEYS = (
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
@@ -191,25 +191,28 @@ def output_text(codec: TextCodec, handle: RequestHandle, sp: SamplingParams,
 
 
 def meta_info(handle: RequestHandle, req: GenerateRequest, *, version: str, final: bool,
-              input_logprobs: Optional[list] = None) -> dict:
-    fr = handle.finish_reason
+              input_logprobs: Optional[list] = None, at: Optional[Progress] = None) -> dict:
+    """``at``: the meta of a chunk read earlier, at that progress (of an unfinished request)."""
+    fr = handle.finish_reason if at is None else None
+    at = at or Progress.now(handle, version)
+    n = at.completion_tokens
     meta: dict[str, Any] = {
         "id": handle.rid,
         "finish_reason": fr.to_json() if fr is not None else None,
         "prompt_tokens": handle.prompt_tokens,
-        "completion_tokens": len(handle.output_ids),
-        "cached_tokens": handle.cached_tokens,
+        "completion_tokens": n,
+        "cached_tokens": at.cached_tokens,
         "reasoning_tokens": 0,
-        "weight_version": handle.weight_version or version,
+        "weight_version": at.weight_version,
     }
     if final:
         meta["weight_versions"] = [{"version": v, "start": s, "end": e}
                                    for v, s, e in handle.weight_versions]
-    meta["num_retractions"] = handle.num_retractions
+    meta["num_retractions"] = at.num_retractions
     if req.return_logprob:
         meta["input_token_logprobs"] = input_logprobs or []
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in
-                                         zip(handle.output_logprobs, handle.output_ids)]
+                                         zip(handle.output_logprobs[:n], handle.output_ids[:n])]
         meta["input_top_logprobs"] = []
         meta["output_top_logprobs"] = []
     if final and handle.e2e_latency is not None:

@@ -134,6 +134,12 @@ class RequestHandle:
     on_update: Optional[Callable[["RequestHandle"], None]] = None
     notify_at: int = 0
     on_finish: Optional[Callable[["RequestHandle"], None]] = None
+    # Progress kept by the engine instead of waking a caller (``progress_every`` > 0): from
+    # ``progress_next`` output tokens on, every ``progress_every`` tokens, ``progress`` is
+    # what a stream chunk read at that instant would have reported.
+    progress_every: int = 0
+    progress_next: int = 0
+    progress: Optional["Progress"] = None
 
     @property
     def finished(self) -> bool:
@@ -148,6 +154,20 @@ class RequestHandle:
         if self.finish_time is None:
             return None
         return self.finish_time - self.arrival_time
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A request's state as a stream chunk of its first ``completion_tokens`` would show it."""
+
+    completion_tokens: int
+    cached_tokens: int
+    weight_version: str
+    num_retractions: int
+
+    @classmethod
+    def now(cls, h: "RequestHandle", engine_version: str) -> "Progress":
+        return cls(len(h.output_ids), h.cached_tokens, h.weight_version or engine_version, h.num_retractions)
 
 
 @dataclass(frozen=True)

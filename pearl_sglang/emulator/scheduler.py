@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from .prefix_cache import PrefixCache
 from .profile import CostModel
-from .request import FinishReason, GenerateRequest, RequestHandle, Stage
+from .request import FinishReason, GenerateRequest, Progress, RequestHandle, Stage
 from .tokens import BASE, MASK, TokenSpace, draw, extend_block_hashes
 
 CLIP_MAX_NEW_TOKENS = 4096
@@ -120,6 +120,7 @@ class Scheduler:
         self.salt_for: Callable[[Optional[int]], int] = lambda seed: 0
         self.version = "default"
         self.stop_text: Optional[Callable[[list[int]], str]] = None
+        self.progressed: list[Req] = []  # reached a progress mark in the iterations just completed
 
     # ---- KV pool -------------------------------------------------------------
     def free_tokens(self) -> int:
@@ -337,10 +338,25 @@ class Scheduler:
             handle.first_token_time = t
         out.tokens += 1
         out.updated.append(r)
+        if handle.progress_every and n_out + 1 >= handle.progress_next:
+            self.progressed.append(r)
         if check:
             reason = self.finish_reason(r, tok)
             if reason is not None:
                 out.finished.append((r, reason))
+
+    def mark_progress(self, h: RequestHandle, tokens: int) -> None:
+        """``h``'s progress at ``tokens`` output tokens, as a stream chunk read now shows it."""
+        h.progress = replace(Progress.now(h, self.version), completion_tokens=tokens)
+        h.progress_next = tokens + h.progress_every
+
+    def record_progress(self) -> None:
+        """Progress of the requests that reached their mark, read where a caller woken by
+        the iteration would read it: once the engine has planned on from that instant."""
+        for r in self.progressed:
+            if r.handle.finish_reason is None:  # a finished one's stream ends with its final chunk
+                self.mark_progress(r.handle, len(r.handle.output_ids))
+        self.progressed.clear()
 
     def finish_reason(self, r: Req, tok: int) -> Optional[FinishReason]:
         sp, n = r.req.sampling, len(r.handle.output_ids)

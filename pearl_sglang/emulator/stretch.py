@@ -228,6 +228,9 @@ def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:
             spans.append([version, n_out, n_out + n])
         if h.first_token_time is None:
             h.first_token_time = first_end
+        if h.progress_every and n_out + n >= h.progress_next:  # its last mark in the stretch
+            every = h.progress_every
+            sched.mark_progress(h, h.progress_next + (n_out + n - h.progress_next) // every * every)
         r.private += n
     _reserve_next(sched, n, len(st.batch))
     stats.record_decode_run(st.ends[lo:hi], st.durations[lo:hi], len(st.batch))

@@ -182,7 +182,8 @@ class Dispatcher:
                 body["rid"] = entry.worker_rid
                 final: dict[str, Any] | None = None
                 try:
-                    async for chunk in self._attempt(target, body, item):
+                    async for chunk in self._attempt(target, body, item,
+                                                     every_chunk=client_stream_interval is not None):
                         stitcher.update(chunk)
                         if first_chunk_at is None:
                             first_chunk_at = loop.time()
@@ -337,21 +338,24 @@ class Dispatcher:
             out["prompt_token_ids"] = stitcher.prompt_ids
         return out
 
-    def _attempt(self, target: Target, body: dict[str, Any],
-                 item: GenerateItem) -> AsyncIterator[dict[str, Any]]:
+    def _attempt(self, target: Target, body: dict[str, Any], item: GenerateItem, *,
+                 every_chunk: bool) -> AsyncIterator[dict[str, Any]]:
+        """The worker's chunks; without ``every_chunk`` (a client that waits for the end)
+        the transport may leave out those between the first and the last (``WorkerTransport``)."""
         if not target.is_pd:
             w = target.worker
-            return self.transport.stream_generate(slot=w.slot, url=w.endpoint, body=body)
-        return self._pd_attempt(target, body, item)
+            return self.transport.stream_generate(slot=w.slot, url=w.endpoint, body=body, every_chunk=every_chunk)
+        return self._pd_attempt(target, body, item, every_chunk=every_chunk)
 
-    async def _pd_attempt(self, target: Target, body: dict[str, Any],
-                          item: GenerateItem) -> AsyncIterator[dict[str, Any]]:
+    async def _pd_attempt(self, target: Target, body: dict[str, Any], item: GenerateItem, *,
+                          every_chunk: bool) -> AsyncIterator[dict[str, Any]]:
         prefill, decode = target.prefill, target.decode
         pd_body = {**body, "bootstrap_host": urlparse(prefill.endpoint).hostname,
                    "bootstrap_port": prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
         prefill_call = asyncio.ensure_future(self.transport.post_json(
             slot=prefill.slot, url=prefill.endpoint, path="/generate", body={**pd_body, "stream": False}))
-        chunks = self.transport.stream_generate(slot=decode.slot, url=decode.endpoint, body=pd_body).__aiter__()
+        chunks = self.transport.stream_generate(slot=decode.slot, url=decode.endpoint, body=pd_body,
+                                                every_chunk=every_chunk).__aiter__()
         next_chunk = asyncio.ensure_future(chunks.__anext__())
         try:
             while True:

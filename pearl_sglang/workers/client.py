@@ -112,9 +112,14 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
 class WorkerTransport(Protocol):
     """The calls the dispatcher makes to a worker, with the failures of ``errors.py``. A
     body's ``input_ids`` may be ``EncodedIds`` (ids kept as their JSON text): ``fastjson``
-    writes them as that text; a transport that needs a list calls ``decoded()``."""
+    writes them as that text; a transport that needs a list calls ``decoded()``.
 
-    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]: ...
+    ``stream_generate`` with ``every_chunk`` False may leave out chunks between the first
+    and the final one (nobody streams them on), but if the stream breaks it yields the
+    latest chunk it left out before raising, so what was generated is kept."""
+
+    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any],
+                        every_chunk: bool = True) -> AsyncIterator[dict[str, Any]]: ...
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any: ...
 
@@ -137,7 +142,9 @@ class WorkerClient:
             object.__setattr__(self, "connections", WorkerConnections(connect_s=self.timeouts.connect_s))
 
     # -- the data path (WorkerTransport) ---------------------------------------------------
-    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    def stream_generate(self, *, slot: int, url: str, body: dict[str, Any],
+                        every_chunk: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """Every chunk either way: the worker sends them all over the connection."""
         return stream_generate(self.connections, slot=slot, url=url, body=body, timeouts=self.timeouts)
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:

@@ -71,9 +71,9 @@ class _Recording:
     def __init__(self, inner: WorkerClient, bodies: list) -> None:
         self.inner, self.bodies = inner, bodies
 
-    def stream_generate(self, *, slot, url, body):
+    def stream_generate(self, *, slot, url, body, every_chunk=True):
         self.bodies.append(body)
-        return self.inner.stream_generate(slot=slot, url=url, body=body)
+        return self.inner.stream_generate(slot=slot, url=url, body=body, every_chunk=every_chunk)
 
     async def post_json(self, *, slot, url, path, body):
         return await self.inner.post_json(slot=slot, url=url, path=path, body=body)
