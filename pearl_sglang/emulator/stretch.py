@@ -18,7 +18,9 @@ evicts one iteration at a time, ``commit`` evicts the same way), a transfer or t
 engine, and any queued admission that could start.  Its last iteration is an ordinary
 ``Iteration``, completed by the engine's usual code, so finishes and callbacks happen
 exactly as before.  Requests with stop strings are never stretched (their check decodes
-text).  Pure apart from the handles and scheduler state that ``commit`` updates.
+text).  A caller that keeps no chunks (``RequestHandle.progress_every``) ends no stretch:
+``commit`` records the last progress mark its iterations passed, as stepping would have.
+Pure apart from the handles and scheduler state that ``commit`` updates.
 
 A batch whose requests cannot finish on a token (``ignore_eos``, no stop ids) draws its
 tokens for all requests at once, one numpy step per iteration (``draw_batch``): the same
