@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable
 
 from pearl_sglang import fastjson
-from pearl_sglang.emulator.http_generate import (
-    Run, RunClosed, after_stream_end, chunk_body, error_body, final_answer, stream_intervals,
-)
 from pearl_sglang.emulator.http_parse import BadRequest, ParsedGenerate, parse_generate
 from pearl_sglang.emulator.prompt_ids import PromptIds
 from pearl_sglang.emulator.request import RequestRejected
+from pearl_sglang.emulator.runs import (
+    Run, RunClosed, after_stream_end, chunk_body, error_body, final_answer, stream_intervals,
+)
 from pearl_sglang.emulator.worker import Worker
 from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.workers.errors import WorkerUnavailable, status_error

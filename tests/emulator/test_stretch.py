@@ -27,7 +27,7 @@ def _prompt(i: int, n: int) -> tuple[int, ...]:
 
 
 class _Stream:
-    """A reader that wants a chunk every ``interval`` tokens, as ``http_generate.Run`` does."""
+    """A reader that wants a chunk every ``interval`` tokens, as ``runs.Run`` does."""
 
     def __init__(self, clock, interval: int) -> None:
         self.clock, self.interval, self.wakes = clock, interval, []
