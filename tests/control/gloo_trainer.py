@@ -35,6 +35,9 @@ def main() -> None:
     for name in names:
         dist.broadcast(tensors[name].contiguous(), src=0, group=pg)
     print(f"broadcast {len(names)} tensors", flush=True)
+    # Torn down here, not by the interpreter's exit: gloo's threads left to the exit
+    # sometimes abort the process ("terminate called without an active exception").
+    dist.destroy_process_group(pg)
 
 
 if __name__ == "__main__":
