@@ -34,6 +34,7 @@ setup(
     package_data={"pearl_sglang": ["emulator/profiles/*.json", "workload/presets/*.json", "data/*"]},
     install_requires=[
         "aiohttp>=3.9",
+        "numba>=0.60",  # the emulator's decode stretches draw their tokens compiled
         "numpy>=1.26",  # the emulator's token model and the workload generator
         "orjson>=3.9",
         "prometheus-client>=0.20",

@@ -22,27 +22,21 @@ text).  A caller that keeps no chunks (``RequestHandle.progress_every``) ends no
 ``commit`` records the last progress mark its iterations passed, as stepping would have.
 Pure apart from the handles and scheduler state that ``commit`` updates.
 
-A batch whose requests cannot finish on a token (``ignore_eos``, no stop ids) draws its
-tokens for all requests at once, one numpy step per iteration (``draw_batch``): the same
-64-bit arithmetic as ``tokens.draw``, wrapping the same way, so the same ids.  The context
-hashes after each token are kept, so committing does not hash the tokens again.
+The tokens of the whole batch are drawn in one compiled call (``stretch_draws``): the
+same 64-bit arithmetic and rules as ``tokens.draw``, so the same ids.  The context hashes
+after each token are kept, so committing does not hash the tokens again.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
-
 from .scheduler import Iteration, Req, Scheduler
 from .stats import Stats
-from .tokens import BASE, MASK, TokenSpace, draw
+from .stretch_draws import draw_runs
 
 # Tokens drawn ahead per request at most; bounds the work a cut-short stretch wastes.
 MAX_STRETCH = 512
-# Batches at least this large draw their tokens with numpy (below it Python is cheaper).
-VECTOR_BATCH = 6
 
 
 @dataclass
@@ -115,94 +109,15 @@ def plan_stretch(sched: Scheduler, it: Iteration, start: float, limit: Optional[
     k = len(ends)
     if k < 2:
         return None
-    space, eos = sched.space, sched.space.eos_token_id
-    if b >= VECTOR_BATCH and all(r.req.sampling.ignore_eos and not r.req.sampling.stop_token_ids for r in batch):
-        tokens, hashes = draw_batch(space, [r.h for r in batch], [sched.salt_for(r.salt_seed) for r in batch], k - 1)
-        return DecodeStretch(batch=list(batch), tokens=tokens, hashes=hashes, ends=ends, durations=durations,
-                             context_tokens=ctx)
-    tokens, hashes = [], []
-    for r in batch:
-        sp = r.req.sampling
-        salt, h, n = sched.salt_for(r.salt_seed), r.h, len(r.handle.output_ids)
-        stops, watch_eos, floor = sp.stop_token_ids, not sp.ignore_eos, sp.min_new_tokens
-        out: list[int] = []
-        hs: list[int] = []
-        while len(out) < k - 1:
-            tok = draw(space, sp, h, salt, n)
-            out.append(tok)
-            h = (h * BASE + tok + 1) & MASK
-            hs.append(h)
-            n += 1
-            if n > floor and ((watch_eos and tok == eos) or tok in stops):
-                k = len(out)  # it finishes in iteration k: that one is the stretch's last
-                break
-        tokens.append(out)
-        hashes.append(hs)
+    samplings = [r.req.sampling for r in batch]
+    tokens, hashes, k = draw_runs(sched.space, [r.h for r in batch], [sched.salt_for(r.salt_seed) for r in batch],
+                                  [len(r.handle.output_ids) for r in batch], [not sp.ignore_eos for sp in samplings],
+                                  [sp.min_new_tokens for sp in samplings], [sp.stop_token_ids for sp in samplings],
+                                  k - 1)
     if k < 2:
         return None
     return DecodeStretch(batch=list(batch), tokens=tokens, hashes=hashes, ends=ends[:k], durations=durations[:k],
                          context_tokens=ctx)
-
-
-_U = np.uint64
-_SM_ADD, _SM_M1, _SM_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-
-
-@functools.lru_cache(maxsize=256)
-def _constants(space: TokenSpace, b: int) -> tuple[np.ndarray, ...]:
-    """``draw_batch``'s operands for a batch of ``b``, read-only: splitmix64's constants and
-    shifts, the hash base, 1, the space's low id and span, then each id it must redraw."""
-    def const(v: int) -> np.ndarray:
-        a = np.full(b, v, dtype=np.uint64)
-        a.flags.writeable = False
-        return a
-
-    banned = sorted(t for t in {space.eos_token_id, *space.special_ids} if space.low <= t < space.vocab_size)
-    return tuple(map(const, (_SM_ADD, _SM_M1, _SM_M2, 30, 27, 31, BASE, 1, space.low, space.vocab_size - space.low,
-                             *banned)))
-
-
-def draw_batch(space: TokenSpace, hashes: list[int], salts: list[int], n: int) -> tuple[list[list[int]], list[list[int]]]:
-    """``n`` tokens of each request (context hashes ``hashes``, salts ``salts``) that
-    cannot finish on a token, and the hash after each: ``TokenSpace.next_token`` on all of
-    them per step, in uint64 arithmetic (wrapping mod 2**64 as the Python code masks).  A
-    draw that lands on EOS or a special id (rare) is redone in Python, as ``next_token``
-    would.  Constants are whole arrays: numpy's array-by-scalar operations cost several
-    times more than array-by-array ones at these sizes."""
-    b = len(hashes)
-
-    add, m1, m2, s30, s27, s31, base, one, low, span, *banned = _constants(space, b)
-    h = np.array(hashes, dtype=np.uint64)
-    salt = np.array(salts, dtype=np.uint64)
-    toks = np.empty((n, b), dtype=np.uint64)
-    hs = np.empty((n, b), dtype=np.uint64)
-    x, y = np.empty(b, dtype=np.uint64), np.empty(b, dtype=np.uint64)
-    hit = np.empty(b, dtype=bool)
-    for i in range(n):
-        np.bitwise_xor(h, salt, out=x)
-        x += add
-        np.right_shift(x, s30, out=y)
-        x ^= y
-        x *= m1
-        np.right_shift(x, s27, out=y)
-        x ^= y
-        x *= m2
-        np.right_shift(x, s31, out=y)
-        x ^= y
-        tok = toks[i]
-        np.remainder(x, span, out=tok)
-        tok += low
-        for t in banned:
-            np.equal(tok, t, out=hit)
-            if np.count_nonzero(hit):
-                for j in np.flatnonzero(hit).tolist():
-                    tok[j] = space.next_token(int(h[j]), int(salt[j]))
-        row = hs[i]
-        np.multiply(h, base, out=row)
-        row += tok
-        row += one
-        h = row
-    return toks.T.tolist(), hs.T.tolist()
 
 
 def commit(st: DecodeStretch, n: int, sched: Scheduler, stats: Stats) -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from benchmarks.harness.virtual_cluster import VirtualCluster
 from pearl_sglang.emulator import (Bootstrap, DisaggregationMode, EngineConfig, GenerateRequest, SamplingParams,
                                    load_profile)
-from pearl_sglang.emulator.stretch import draw_batch
+from pearl_sglang.emulator.stretch_draws import draw_runs
 from pearl_sglang.emulator.tokens import BASE, MASK, TokenSpace, draw
 
 TINY = load_profile("tiny")
@@ -181,23 +181,42 @@ _U64 = st.integers(min_value=0, max_value=MASK)
 
 @given(hashes=st.lists(_U64, min_size=1, max_size=12), salt=_U64, n=st.integers(1, 40),
        vocab=st.sampled_from([7, 300, 151936]), low=st.sampled_from([0, 1, 2]),
-       specials=st.sampled_from([(), (1,), (0, 2, 4, 5, 6, 9)]))
-@settings(max_examples=150, deadline=None)
-def test_batch_draws_equal_one_by_one_draws(hashes, salt, n, vocab, low, specials) -> None:
-    """The numpy draw of a batch is ``tokens.draw`` for each request, token for token and
-    hash for hash, even when tiny vocabularies make EOS and special ids come up often."""
-    space = TokenSpace(vocab_size=vocab, eos_token_id=min(vocab - 1, 2), low=low,
+       specials=st.sampled_from([(), (1,), (0, 2, 4, 5, 6, 9)]), eos_probability=st.sampled_from([0.0, 0.05, 0.5]),
+       rules=st.lists(st.tuples(st.booleans(), st.integers(0, 8), st.integers(0, 12),
+                                st.lists(st.integers(-1, 9), max_size=3)), min_size=12, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_compiled_draws_equal_one_by_one_draws(hashes, salt, n, vocab, low, specials, eos_probability, rules) -> None:
+    """The compiled draw of a batch is ``tokens.draw`` for each request, token for token and
+    hash for hash, up to the first request that finishes on a token (EOS or a stop id after
+    ``min_new_tokens``), even when tiny vocabularies make EOS, special and stop ids come up
+    often."""
+    space = TokenSpace(vocab_size=vocab, eos_token_id=min(vocab - 1, 2), low=low, eos_probability=eos_probability,
                        special_ids=frozenset(t for t in specials if t < vocab - 1 and t != 2))
     salts = [(salt * (j + 1)) & MASK for j in range(len(hashes))]
-    sp = SamplingParams(ignore_eos=True, max_new_tokens=n)
+    rules = rules[:len(hashes)]
+    params = [SamplingParams(ignore_eos=ignore, min_new_tokens=floor, max_new_tokens=64,
+                             stop_token_ids=frozenset(stops))
+              for ignore, floor, _, stops in rules]
+    k = n + 1
     want_tokens, want_hashes = [], []
-    for h, s in zip(hashes, salts):
+    for h, s, sp, (_, _, n_out, _) in zip(hashes, salts, params, rules):
         toks, hs = [], []
-        for i in range(n):
-            tok = draw(space, sp, h, s, i)
+        while len(toks) < k - 1:
+            tok = draw(space, sp, h, s, n_out)
             h = (h * BASE + tok + 1) & MASK
             toks.append(tok)
             hs.append(h)
+            n_out += 1
+            if n_out > sp.min_new_tokens and ((not sp.ignore_eos and tok == space.eos_token_id)
+                                              or tok in sp.stop_token_ids):
+                k = len(toks)
+                break
         want_tokens.append(toks)
         want_hashes.append(hs)
-    assert draw_batch(space, hashes, salts, n) == (want_tokens, want_hashes)
+    got_tokens, got_hashes, got_k = draw_runs(space, hashes, salts, [n_out for _, _, n_out, _ in rules],
+                                              [not sp.ignore_eos for sp in params],
+                                              [sp.min_new_tokens for sp in params],
+                                              [sp.stop_token_ids for sp in params], n)
+    assert got_k == k
+    assert got_tokens == [t[:k - 1] for t in want_tokens]
+    assert got_hashes == [hs[:k - 1] for hs in want_hashes]
