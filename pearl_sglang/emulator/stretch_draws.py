@@ -6,8 +6,9 @@ code masks), with the same rules: EOS with the profile's probability once ``min_
 are out (unless ``ignore_eos``), a redraw past EOS and special ids, a second draw for a
 stop id that comes too early, and the end of the stretch at the first request that
 finishes on a token.  Python steps each token through a dozen big-integer operations and
-numpy pays about a microsecond a call for arrays of a few requests; compiled, a token is a
-few nanoseconds.  Compiled once per machine (numba's on-disk cache), in under a second.
+numpy pays about a microsecond a call for arrays of a few requests; compiled, 4 requests x
+100 tokens took 45 us against 741 us in Python (9 us of it the call).  Compiled once per
+machine (numba's on-disk cache), in about a second.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from itertools import accumulate
 import numpy as np
 from numba import njit
 
-from .tokens import BASE, MASK, TokenSpace
+from .tokens import BASE, EOS_SALT, MASK, SPLITMIX_ADD, SPLITMIX_M1, SPLITMIX_M2, STOP_SALT, TokenSpace
 
 _U = np.uint64
-_ADD, _M1, _M2 = _U(0x9E3779B97F4A7C15), _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)
+_ADD, _M1, _M2 = _U(SPLITMIX_ADD), _U(SPLITMIX_M1), _U(SPLITMIX_M2)
 _S30, _S27, _S31, _S11 = _U(30), _U(27), _U(31), _U(11)
-_EOS_SALT, _STOP_SALT, _BASE, _ONE = _U(0x5EED_E05E_0F5E_0000), _U(0xA5A5A5A5), _U(BASE), _U(1)
+_EOS_SALT, _STOP_SALT, _BASE, _ONE = _U(EOS_SALT), _U(STOP_SALT), _U(BASE), _U(1)
 _UNIT = 1.0 / (1 << 53)
 
 
@@ -102,9 +103,11 @@ def draw_runs(space: TokenSpace, hashes: list[int], salts: list[int], n_out: lis
     iteration it finishes in), and per request the tokens and hashes of the first ``k - 1``."""
     if any(stops):
         kept = [[s for s in own if 0 <= s <= MASK] for own in stops]  # the others match no token
-        flat, ends = np.array([s for own in kept for s in own], dtype=np.uint64), np.array([0, *accumulate(map(len, kept))])
+        flat = np.array([s for own in kept for s in own], dtype=np.uint64)
+        ends = np.array([0, *accumulate(map(len, kept))])
     else:
         flat, ends = _NO_STOPS, np.zeros(len(hashes) + 1, dtype=np.int64)
-    toks, hs, k = _draw_runs(np.array([hashes, salts], dtype=np.uint64), np.array([n_out, floors, watch_eos], dtype=np.int64),
-                             flat, ends, n, *_space_operands(space))
+    words = np.array([hashes, salts], dtype=np.uint64)
+    counts = np.array([n_out, floors, watch_eos], dtype=np.int64)
+    toks, hs, k = _draw_runs(words, counts, flat, ends, n, *_space_operands(space))
     return toks[:, :k - 1].tolist(), hs[:, :k - 1].tolist(), k

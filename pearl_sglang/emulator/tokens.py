@@ -33,10 +33,16 @@ _NP_BASE = np.uint64(BASE)
 GARBAGE_WEIGHTS = "\x00uninitialized-weights"
 
 
+# splitmix64's constants, and the salts of the EOS coin and of an early stop id's redraw
+# (``stretch_draws`` compiles the same arithmetic).
+SPLITMIX_ADD, SPLITMIX_M1, SPLITMIX_M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+EOS_SALT, STOP_SALT = 0x5EED_E05E_0F5E_0000, 0xA5A5A5A5
+
+
 def splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    x = (x + SPLITMIX_ADD) & MASK
+    x = ((x ^ (x >> 30)) * SPLITMIX_M1) & MASK
+    x = ((x ^ (x >> 27)) * SPLITMIX_M2) & MASK
     return x ^ (x >> 31)
 
 
@@ -185,7 +191,7 @@ class TokenSpace:
     def wants_eos(self, h: int, salt: int) -> bool:
         if self.eos_probability <= 0.0:
             return False
-        x = splitmix64(h ^ salt ^ 0x5EED_E05E_0F5E_0000)
+        x = splitmix64(h ^ salt ^ EOS_SALT)
         return (x >> 11) * (1.0 / (1 << 53)) < self.eos_probability
 
     def logprob(self, h: int, salt: int) -> float:
@@ -205,5 +211,5 @@ def draw(space: TokenSpace, sp: "SamplingParams", h: int, salt: int, n_out: int)
         return space.eos_token_id
     tok = space.next_token(h, salt)
     if n_out < sp.min_new_tokens and tok in sp.stop_token_ids:
-        tok = space.next_token(h ^ 0xA5A5A5A5, salt)
+        tok = space.next_token(h ^ STOP_SALT, salt)
     return tok
