@@ -129,28 +129,39 @@ def _as_uint64(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", n
     return np.asarray(tokens[:n], dtype=np.uint64)
 
 
-def block_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", page: int) -> list[int]:
-    """Hashes of every full ``page``-token prefix of ``tokens`` (prefix-cache keys).
+_LOOP_TOKENS = 384
 
-    Key b is ``hash_tokens(tokens[:(b+1)*page])``: per-page hashes are chained as
-    ``H_b = sum_j h_j S**(b-j) = S**b * cumsum(h_j S**-j)`` in wrapping uint64.
+
+def block_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", page: int,
+                 h: int = 0) -> list[int]:
+    """Hashes of every full ``page``-token prefix of ``tokens`` (prefix-cache keys),
+    continuing a context whose hash is ``h``.
+
+    Key b is ``hash_tokens(tokens[:(b+1)*page], h)``: per-page hashes are chained as
+    ``H_b = h S**(b+1) + sum_j h_j S**(b-j) = S**b * (h S + cumsum(h_j S**-j))`` in
+    wrapping uint64.
     """
     nblocks = len(tokens) // page
     if nblocks == 0:
         return []
     arr = _as_uint64(tokens, nblocks * page).reshape(nblocks, page)
     pw = _POWERS.get(page + 1)
-    fwd, inv = _CHAIN.get(page, nblocks)
+    fwd, inv = _CHAIN.get(page, nblocks + 1)
     with np.errstate(over="ignore"):
         per_block = (arr + np.uint64(1)) @ pw[page - 1::-1]
-        keys = fwd * np.cumsum(per_block * inv, dtype=np.uint64)
+        if h:
+            per_block[0] += np.uint64(h) * fwd[1]
+        keys = fwd[:nblocks] * np.cumsum(per_block * inv[:nblocks], dtype=np.uint64)
     return keys.tolist()
 
 
 def extend_block_hashes(keys: list[int], page: int, tail: "list[int]") -> list[int]:
-    """``keys`` of a sequence continued by ``tail`` (tokens after its last full page)."""
-    out = list(keys)
+    """``keys`` of a sequence continued by ``tail`` (tokens after its last full page): a
+    Python loop for a short tail, numpy beyond _LOOP_TOKENS (about where they cost the same)."""
     h = keys[-1] if keys else 0
+    if len(tail) >= _LOOP_TOKENS:
+        return [*keys, *block_hashes(tail, page, h)]
+    out = list(keys)
     for i in range(len(tail) // page):
         for t in tail[i * page:(i + 1) * page]:
             h = (h * BASE + t + 1) & MASK

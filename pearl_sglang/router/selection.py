@@ -238,7 +238,8 @@ class Selector:
                 elif owners[-1] != slot:  # most recent server last
                     blocks[h] = _last_served(owners, slot)
         blocks.update(zip(new, repeat((slot,), len(new))))
-        deque(map(blocks.move_to_end, order), maxlen=0)
+        if len(new) < len(order):  # else they were just added, in this order, at the end
+            deque(map(blocks.move_to_end, order), maxlen=0)
         if held:
             h = key[held - 1]
             if blocks[h][-1] != slot:

@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from pearl_sglang.emulator.prefix_cache import PrefixCache
 from pearl_sglang.emulator.prompt_ids import PromptIds
 from pearl_sglang.emulator.stats import Stats
-from pearl_sglang.emulator.tokens import (TokenSpace, block_hashes, extend_hash, hash_tokens,
-                                          prompt_hashes, version_salt)
+from pearl_sglang.emulator.tokens import (TokenSpace, block_hashes, extend_block_hashes, extend_hash,
+                                          hash_tokens, prompt_hashes, version_salt)
 from pearl_sglang.emulator.transfer import SharedLink
 
 tokens = st.lists(st.integers(0, 150_000), max_size=300)
@@ -30,6 +30,16 @@ def test_block_hashes_are_prefix_hashes(a: list[int], page: int) -> None:
     assert len(keys) == len(a) // page
     for i, k in enumerate(keys):
         assert k == hash_tokens(a[: (i + 1) * page])
+
+
+@given(tokens, tokens, st.integers(1, 32))
+def test_extended_block_hashes_continue_the_chain(a: list[int], b: list[int], page: int) -> None:
+    """Keys of ``a`` continued by the tokens after its last full page: the keys of ``a + b``."""
+    keys = block_hashes(a, page)
+    tail = a[len(keys) * page:] + b
+    assert extend_block_hashes(keys, page, tail) == block_hashes(a + b, page)
+    for i, k in enumerate(block_hashes(tail, page, hash_tokens(a[:len(keys) * page]))):
+        assert k == hash_tokens(a[:len(keys) * page] + tail[:(i + 1) * page])
 
 
 def test_next_token_avoids_specials_and_eos() -> None:
