@@ -129,9 +129,6 @@ def _as_uint64(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", n
     return np.asarray(tokens[:n], dtype=np.uint64)
 
 
-_LOOP_TOKENS = 384
-
-
 def block_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray", page: int,
                  h: int = 0) -> list[int]:
     """Hashes of every full ``page``-token prefix of ``tokens`` (prefix-cache keys),
@@ -153,6 +150,9 @@ def block_hashes(tokens: "list[int] | tuple[int, ...] | PromptIds | np.ndarray",
             per_block[0] += np.uint64(h) * fwd[1]
         keys = fwd[:nblocks] * np.cumsum(per_block * inv[:nblocks], dtype=np.uint64)
     return keys.tolist()
+
+
+_LOOP_TOKENS = 384
 
 
 def extend_block_hashes(keys: list[int], page: int, tail: "list[int]") -> list[int]:
