@@ -4,9 +4,7 @@ On a shared, loaded machine wall time says little and even CPU seconds drift ove
 hour, so the two checkouts run alternately (A B A B ... per run kind) and each replay's
 CPU is the child process's user + system time (``os.wait4``'s rusage), not wall time.
 Each pair's results are compared too: steps, summary and topology samples must be equal
-to the digit, since the change measured is meant to change how fast, never what. Before
-each replay a fixed probe (``host_speed.py``, this checkout's) measures how fast the host
-is at that moment, so tables from different hours can be read side by side.
+to the digit, since the change measured is meant to change how fast, never what.
 ``--parallel N`` runs N replays at once, each pair's two started together, so both see the
 same host.
 
@@ -28,20 +26,11 @@ from typing import Any
 
 RUNS = ("pearl:qwen3-8b", "roll:qwen3-8b", "pearl:qwen3-30b-a3b", "roll:qwen3-30b-a3b")
 _COMPARED = ("steps", "summary", "samples")
-_HERE = Path(__file__).resolve().parent.parent
-
-
-def probe_host() -> float:
-    """The host speed probe's CPU seconds (median of three, in a fresh process)."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.host_speed", "--repeat", "3"], cwd=_HERE,
-                         env={**os.environ, "PYTHONPATH": str(_HERE)}, check=True, capture_output=True, text=True)
-    return sorted(map(float, out.stdout.split()))[1]
 
 
 def run_replay(checkout: Path, system: str, model: str, *, segment: int, minutes: float,
                out: Path, extra: list[str]) -> dict[str, Any]:
     """One replay in a child process of ``checkout``; its CPU and real seconds and result."""
-    probe = probe_host()
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     argv = [str(checkout / ".venv/bin/python"), "-m", "benchmarks.harness.replay", "--system", system,
             "--model", model, "--segment", str(segment), "--minutes", f"{minutes:g}", "--quiet",
@@ -54,7 +43,7 @@ def run_replay(checkout: Path, system: str, model: str, *, segment: int, minutes
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"replay failed in {checkout}: {text[-2000:]}")
     return {"cpu_s": usage.ru_utime + usage.ru_stime, "real_s": real, "line": text.strip().splitlines()[-1],
-            "probe_s": probe, "result": json.loads(out.read_text())}
+            "result": json.loads(out.read_text())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,14 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         for kind, futures in jobs:
             pair = {label: f.result() for label, f in futures.items()}
             for label, r in pair.items():
-                print(f"{kind} {label}: {r['cpu_s']:.1f} CPU s, {r['real_s']:.1f} s real, host probe "
-                      f"{r['probe_s']:.3f} s; {r['line']}", flush=True)
+                print(f"{kind} {label}: {r['cpu_s']:.1f} CPU s, {r['real_s']:.1f} s real; {r['line']}", flush=True)
             same = all(pair["before"]["result"][k] == pair["after"]["result"][k] for k in _COMPARED)
             b, a = pair["before"]["cpu_s"], pair["after"]["cpu_s"]
             events = [(pair[x]["result"]["run"].get("loop") or {}).get("steps") for x in ("before", "after")]
             row = {"run": kind, "before_cpu_s": round(b, 1), "after_cpu_s": round(a, 1),
-                   "ratio": round(a / b, 3), "identical": same, "loop_steps": events,
-                   "probe_s": [round(pair[x]["probe_s"], 3) for x in ("before", "after")]}
+                   "ratio": round(a / b, 3), "identical": same, "loop_steps": events}
             rows.append(row)
             print(f"{kind}: before {b:.1f} CPU s, after {a:.1f} CPU s, after/before {a / b:.2f}, "
                   f"results {'identical' if same else 'DIFFERENT'}", flush=True)
