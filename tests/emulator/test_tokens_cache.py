@@ -32,9 +32,11 @@ def test_block_hashes_are_prefix_hashes(a: list[int], page: int) -> None:
         assert k == hash_tokens(a[: (i + 1) * page])
 
 
-@given(tokens, tokens, st.integers(1, 32))
-def test_extended_block_hashes_continue_the_chain(a: list[int], b: list[int], page: int) -> None:
-    """Keys of ``a`` continued by the tokens after its last full page: the keys of ``a + b``."""
+@given(tokens, st.integers(0, 900), st.integers(0, 2**32 - 1), st.integers(1, 32))
+def test_extended_block_hashes_continue_the_chain(a: list[int], n: int, seed: int, page: int) -> None:
+    """Keys of ``a`` continued by the tokens after its last full page: the keys of ``a + b``,
+    for tails on both sides of the loop / numpy cut."""
+    b = np.random.default_rng(seed).integers(0, 150_000, size=n).tolist()
     keys = block_hashes(a, page)
     tail = a[len(keys) * page:] + b
     assert extend_block_hashes(keys, page, tail) == block_hashes(a + b, page)
