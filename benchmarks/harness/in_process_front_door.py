@@ -4,9 +4,9 @@ A replay's driver sends every turn's whole context (tens of thousands of ids) to
 router; over loopback HTTP that is JSON written by the driver, aiohttp on both sides,
 and the router's parse of the ids back out of the text, about a fifth of a replay's CPU.
 ``InProcessFrontDoor`` hands the router the same body and headers instead: the
-context array becomes checked id text written in C (``EncodedIds.of_array``, which
-also keeps the array, so the in-process worker transport never parses the text), and
-the request runs the ``/generate`` handler's own steps (``parse_generate``,
+context array becomes checked ``EncodedIds`` that keep it (``EncodedIds.of_array``:
+the router keys its blocks from the array and the in-process worker transport hands
+it on, so no id text is written or parsed), and the request runs the ``/generate`` handler's own steps (``parse_generate``,
 ``start_runs``, ``unstreamed_answer``) with its metrics. A router or worker error comes
 back as the status and body the error middleware would have sent. What it leaves out is
 HTTP itself: authentication (the caller is the harness), body size and JSON depth limits
@@ -30,17 +30,17 @@ from pearl_sglang.router.state import ROUTER
 from pearl_sglang.workers.errors import WorkerError
 
 
-def _checked_ids(body: dict[str, Any]) -> tuple[dict[str, Any], bytes | None]:
-    """The body with a context array as checked id text, and that text; any other
-    ``input_ids`` as JSON would have decoded it, for the router's general checks."""
+def _checked_ids(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The body with a context array as checked ``EncodedIds``, and whether it is; any
+    other ``input_ids`` as JSON would have decoded it, for the router's general checks."""
     ids = body.get("input_ids")
     if not isinstance(ids, np.ndarray):
-        return body, None
+        return body, False
     try:
         encoded = EncodedIds.of_array(ids)
     except ValueError:
-        return {**body, "input_ids": ids.tolist()}, None
-    return {**body, "input_ids": encoded}, encoded.text
+        return {**body, "input_ids": ids.tolist()}, False
+    return {**body, "input_ids": encoded}, True
 
 
 class InProcessFrontDoor:
@@ -53,8 +53,8 @@ class InProcessFrontDoor:
         st = self.app[ROUTER]
         started = st.clock.now()
         try:
-            body, ids_text = _checked_ids(body)
-            call = parse_generate(body, st.config.limits, ids_text)
+            body, ids_checked = _checked_ids(body)
+            call = parse_generate(body, st.config.limits, ids_checked)
             if call.stream:
                 raise ValueError("the in-process front door answers whole, not as a stream")
             runs = start_runs(st, call, *trajectory_headers(CIMultiDict(headers), batch=call.is_batch))

@@ -45,7 +45,7 @@ class InProcessTransport:
         if worker is None or worker.closed:
             raise WorkerUnavailable(str(slot), f"no emulated worker at {url}")
         ids = body.get("input_ids")
-        if isinstance(ids, EncodedIds):  # JSON text the router has checked: the engine hashes the array
+        if isinstance(ids, EncodedIds):  # ids the router has checked: the engine hashes them as an array
             body = {**body, "input_ids": PromptIds(ids.as_uint64())}
         try:
             parsed = parse_generate({**body, "stream": stream}, worker.codec)

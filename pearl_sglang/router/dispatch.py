@@ -148,7 +148,7 @@ class Dispatcher:
         windows = TurnWindows(self.activity)
         stitcher = Stitcher(item.rid, _held(item.input_ids))
         entry = self.inflight.open(item.rid)
-        key = prefix_key(item.input_ids, item.text, ids_text=item.ids_text)
+        key = prefix_key(item.input_ids, item.text)
         context = context_tokens(item.input_ids, item.text)
         # This trajectory's next turn is here: it is running work now, no longer owed.
         self.loads.turn_started(trajectory, key)

@@ -1,12 +1,14 @@
 """A prompt's token ids kept as the JSON text they arrived in, decoded only when read.
 
 A rollout turn carries its whole context (thousands to tens of thousands of ids), and
-the router needs the ids themselves only to resubmit a moved request or to hash the few
+the router needs the ids themselves only to resubmit a moved request or to key the few
 ids after the prompt's last full block. Placement needs the prompt's length and its
-block hashes, both of which come from the text and its comma positions (numpy, no
-Python loop per token), and the worker gets the same text back inside the body
-(``fastjson`` writes it as a raw JSON fragment). Decoding 4K ids into Python ints and
-encoding them again was the largest share of a request's cost.
+block keys, both of which come from the text and its comma positions (numpy and one
+compiled pass, ``block_keys``, no Python loop per token), and the worker gets the same
+text back inside the body (``fastjson`` writes it as a raw JSON fragment). Decoding 4K
+ids into Python ints and encoding them again was the largest share of a request's cost.
+A caller in the router's process that holds the ids as an array (the replay harness)
+hands over the array instead; text is written from it only if something reads it.
 """
 from __future__ import annotations
 
@@ -53,43 +55,56 @@ def canonical_ints(text: bytes, commas: np.ndarray) -> bool:
 
 class EncodedIds(Sequence[int]):
     """Non-negative token ids as canonical JSON text without brackets (``b"1,2,3"``),
-    already validated (``canonical_ints``). Compares equal to any sequence of the same
-    ids; slicing from a block boundary decodes only the tail."""
+    already validated (``canonical_ints``), or as the array a caller in this process
+    holds (``of_array``: the text is written only if something reads it). Compares equal
+    to any sequence of the same ids; slicing from a block boundary decodes only the tail."""
 
-    __slots__ = ("text", "commas", "_ids", "_array")
+    __slots__ = ("_text", "_commas", "_ids", "array")
 
     def __init__(self, text: bytes, commas: np.ndarray | None = None) -> None:
-        self.text = text
-        self.commas = comma_positions(text) if commas is None else commas
+        self._text: bytes | None = text
+        self._commas = comma_positions(text) if commas is None else commas
         self._ids: list[int] | None = None
-        self._array: np.ndarray | None = None
+        self.array: np.ndarray | None = None  # uint64, when made from one
 
     @classmethod
     def of_array(cls, ids: np.ndarray) -> "EncodedIds":
-        """The ids of a non-empty 1-d integer array whose values are all ids this text
-        takes (0 to 10^MAX_DIGITS - 1), written in C; ``ValueError`` for any other."""
+        """The ids of a non-empty 1-d integer array whose values are all ids the text
+        takes (0 to 10^MAX_DIGITS - 1); ``ValueError`` for any other."""
         if ids.ndim != 1 or ids.dtype.kind not in "iu" or not len(ids):
             raise ValueError(f"need a non-empty 1-d integer array, not {ids.dtype} {ids.shape}")
         if ids.min() < 0 or int(ids.max()) >= 10 ** MAX_DIGITS:
             raise ValueError("ids must lie in [0, 10^19)")
-        ids = np.ascontiguousarray(ids, dtype=np.uint64)
-        encoded = cls(orjson.dumps(ids, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1])
-        encoded._array = ids
+        encoded = cls.__new__(cls)
+        encoded._text, encoded._commas, encoded._ids = None, None, None
+        encoded.array = np.ascontiguousarray(ids, dtype=np.uint64)
         return encoded
 
+    @property
+    def text(self) -> bytes:
+        if self._text is None:
+            self._text = orjson.dumps(self.array, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+        return self._text
+
+    @property
+    def commas(self) -> np.ndarray:
+        if self._commas is None:
+            self._commas = comma_positions(self.text)
+        return self._commas
+
     def __len__(self) -> int:
-        return len(self.commas) + 1
+        return len(self.array) if self.array is not None else len(self._commas) + 1
 
     def decoded(self) -> list[int]:
         if self._ids is None:
-            self._ids = orjson.loads(b"[" + self.text + b"]")
+            self._ids = self.array.tolist() if self.array is not None else orjson.loads(b"[" + self.text + b"]")
         return self._ids
 
     def as_uint64(self) -> np.ndarray:
         """The ids as a new uint64 array, parsed from the text in C (every canonical id of
-        at most MAX_DIGITS digits fits), or copied from the array they were written from."""
-        if self._array is not None:
-            return self._array.copy()
+        at most MAX_DIGITS digits fits), or copied from the array they came as."""
+        if self.array is not None:
+            return self.array.copy()
         return np.fromstring(self.text, dtype=np.uint64, sep=",")
 
     @property
@@ -104,6 +119,8 @@ class EncodedIds(Sequence[int]):
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice) and self._ids is None and index.step is None and index.stop is None:
             start = index.start or 0
+            if self.array is not None:
+                return self.array[start:].tolist()
             if 0 < start < len(self):
                 return orjson.loads(b"[" + self.text[int(self.commas[start - 1]) + 1:] + b"]")
             if start == 0 or start >= len(self):

@@ -47,9 +47,6 @@ class GenerateItem:
     input_ids: Sequence[int] | None
     sampling: Mapping[str, Any]
     extra: Mapping[str, Any] = field(default_factory=dict)
-    # ``input_ids`` as canonical JSON text (b"1,2,3") when the body gave it that way:
-    # prefix hashing reads it instead of encoding the ids again.
-    ids_text: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def max_new_tokens(self) -> int:
@@ -136,9 +133,9 @@ def _rids(raw: Any, count: int, expanded: bool, limits: Limits) -> list[str]:
     raise BadRequest("'rid' must be a string or a list of strings, one per item")
 
 
-def parse_generate(body: Any, limits: Limits, ids_text: bytes | None = None) -> GenerateCall:
-    """``ids_text``: the canonical text of ``body["input_ids"]``, given when
-    ``ids_body`` already validated that row."""
+def parse_generate(body: Any, limits: Limits, ids_checked: bool = False) -> GenerateCall:
+    """``ids_checked``: ``body["input_ids"]`` is one row ``EncodedIds`` already validated
+    (``ids_body``, or a caller in this process)."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     for key in _UNSUPPORTED:
@@ -147,7 +144,7 @@ def parse_generate(body: Any, limits: Limits, ids_text: bytes | None = None) -> 
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean")
-    texts, id_rows, is_batch = _prompts(body, ids_text is not None)
+    texts, id_rows, is_batch = _prompts(body, ids_checked)
     prompts: list[tuple[str | None, Sequence[int] | None]] = (
         [(t, None) for t in texts] if texts is not None
         else [(None, r if isinstance(r, EncodedIds) else tuple(r)) for r in id_rows])
@@ -170,7 +167,6 @@ def parse_generate(body: Any, limits: Limits, ids_text: bytes | None = None) -> 
     is_batch = is_batch or len(expanded) > 1
     rids = _rids(body.get("rid"), len(expanded), is_batch, limits)
     items = tuple(
-        GenerateItem(index=k, rid=rid, text=prompt[0], input_ids=prompt[1], sampling=params, extra=extra,
-                     ids_text=ids_text)
+        GenerateItem(index=k, rid=rid, text=prompt[0], input_ids=prompt[1], sampling=params, extra=extra)
         for k, (rid, (_, prompt, params, extra)) in enumerate(zip(rids, expanded)))
     return GenerateCall(items=items, is_batch=is_batch, stream=stream)

@@ -14,11 +14,10 @@ small, is decoded. Whatever does not fit this shape (batches, text prompts, a se
 gives the same answers and errors as before.
 
 The array's digits, without whitespace, are also the canonical text that prefix
-hashing (``selection``) works on, so the router never re-encodes them.
+keying (``block_keys``) reads, so the router never re-encodes them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from pearl_sglang import fastjson
@@ -33,17 +32,8 @@ _SENTINEL = "\x00pearl-input-ids"
 _SENTINEL_JSON = b'"\\u0000pearl-input-ids"'
 
 
-@dataclass(frozen=True)
-class IdsBody:
-    """``body["input_ids"]`` is the validated row (``EncodedIds``); ``ids_text`` its
-    canonical JSON text without brackets (``b"1,2,3"``)."""
-
-    body: dict[str, Any]
-    ids_text: bytes
-
-
-def split_ids(raw: bytes) -> tuple[bytes, EncodedIds, bytes] | None:
-    """(the body with the array replaced by a sentinel, the ids, their canonical text),
+def split_ids(raw: bytes) -> tuple[bytes, EncodedIds] | None:
+    """(the body with the array replaced by a sentinel, the ids as their canonical text),
     or None when ``raw`` is not a body with one flat array of non-negative integers."""
     at = raw.find(_KEY)
     if at < 0 or raw.find(_KEY, at + len(_KEY)) >= 0:
@@ -72,17 +62,17 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds, bytes] | None:
     commas = comma_positions(text)
     if not canonical_ints(text, commas):
         return None  # ",,", a trailing comma, a leading zero, or too long for 64 bits
-    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(text, commas), text
+    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(text, commas)
 
 
-def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> IdsBody | None:
-    """The decoded body, or None (take the general path). ``too_deep`` runs on the body
+def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> dict[str, Any] | None:
+    """The decoded body, its ``input_ids`` the validated row (``EncodedIds``), or None (take the general path). ``too_deep`` runs on the body
     before the ids go back in (they are flat): None if it says so, and the general path
     refuses the body."""
     split = split_ids(raw)
     if split is None:
         return None
-    rest, ids, text = split
+    rest, ids = split
     try:
         body = fastjson.loads(rest)
     except ValueError:
@@ -90,4 +80,4 @@ def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> IdsBody
     if not isinstance(body, dict) or body.get("input_ids") != _SENTINEL or too_deep(body):
         return None
     body["input_ids"] = ids
-    return IdsBody(body=body, ids_text=text)
+    return body

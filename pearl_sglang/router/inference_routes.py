@@ -61,8 +61,8 @@ class _StreamSlot:
 async def generate(request: web.Request) -> web.StreamResponse:
     st = request.app[ROUTER]
     started = st.clock.now()
-    body, ids_text = await read_generate_json(request)
-    call = parse_generate(body, st.config.limits, ids_text)
+    body, ids_checked = await read_generate_json(request)
+    call = parse_generate(body, st.config.limits, ids_checked)
     runs = start_runs(st, call, *trajectory_headers(request.headers, batch=call.is_batch))
     try:
         if call.stream:

@@ -94,10 +94,9 @@ async def read_json(request: web.Request) -> object:
     return _decode(request, await _read_raw(request))
 
 
-async def read_generate_json(request: web.Request) -> tuple[object, bytes | None]:
-    """Like ``read_json``; for a body with one flat ``input_ids`` array (a rollout turn)
-    also that array's canonical text, and then its ids are already validated (see
-    ``ids_body``)."""
+async def read_generate_json(request: web.Request) -> tuple[object, bool]:
+    """Like ``read_json``, and whether the body's ``input_ids`` is one flat array already
+    validated (``EncodedIds``, see ``ids_body``): a rollout turn's."""
     from pearl_sglang.router.ids_body import parse_ids_body
     from pearl_sglang.router.state import ROUTER
 
@@ -105,8 +104,8 @@ async def read_generate_json(request: web.Request) -> tuple[object, bytes | None
     limit = request.app[ROUTER].config.limits.max_json_depth
     fast = parse_ids_body(raw, too_deep=lambda body: json_depth_exceeds(body, limit))
     if fast is not None:
-        return fast.body, fast.ids_text
-    return _decode(request, raw), None
+        return fast, True
+    return _decode(request, raw), False
 
 
 async def _read_raw(request: web.Request) -> bytes:

@@ -24,18 +24,17 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pearl_sglang import fastjson
 from pearl_sglang.core.placement import IDLE, CostRates, Option, WorkerLoad
 from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.straggler_isolation import Isolation, choose_colocated_isolated, choose_pair_isolated
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
+from pearl_sglang.router import block_keys
 from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
 TOKEN_BLOCK = 64
 CHAR_BLOCK = 256  # about TOKEN_BLOCK tokens of text
-_COMMA = ord(",")
 DEFAULT_RATES = CostRates.from_profile(qwen3_8b_tp2())
 
 
@@ -78,13 +77,12 @@ def _own_prefill(request: Request, chosen: Option) -> int:
     return max(0, request.context_tokens - chosen.matched_tokens)
 
 
-def prefix_key(input_ids: Sequence[int] | None, text: str | None, *, ids_text: bytes | None = None) -> tuple[int, ...]:
-    """Chained hashes of the prompt's full blocks; equal prefixes share leading hashes.
-    ``ids_text``: ``input_ids`` as canonical JSON text, when the caller has it."""
+def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
+    """Chained keys of the prompt's full blocks; equal prefixes share leading keys."""
     if isinstance(input_ids, EncodedIds):
-        return _chain(0, input_ids.text, input_ids.commas)
-    if ids_text is not None:
-        return _chain(0, ids_text)
+        if input_ids.array is not None:
+            return block_keys.of_ids(input_ids.array, TOKEN_BLOCK)
+        return block_keys.of_text(input_ids.text, input_ids.commas, TOKEN_BLOCK)
     if input_ids is not None:
         return extend_prefix_key((), input_ids)
     hashes: list[int] = []
@@ -103,42 +101,16 @@ def context_tokens(input_ids: Sequence[int] | None, text: str | None) -> int:
     return len(text or "") * TOKEN_BLOCK // CHAR_BLOCK
 
 
-def ids_text(ids: Sequence[int] | np.ndarray) -> bytes:
-    """Token ids as canonical JSON text without brackets (``b"1,2,3"``): what block
-    hashes are computed over, in C (orjson) rather than a Python tuple per block."""
-    return fastjson.dumps(ids if isinstance(ids, (list, tuple, np.ndarray)) else list(ids))[1:-1]
-
-
 def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[int] = ()) -> tuple[int, ...]:
     """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are hashed."""
     start = len(key) * TOKEN_BLOCK
-    tail = list(ids[start:]) + list(more) if more else ids[start:]
-    if len(tail) < TOKEN_BLOCK:
+    if len(ids) + len(more) - start < TOKEN_BLOCK:
         return key
-    return key + _chain(key[-1] if key else 0, ids_text(tail))
-
-
-def _chain(h: int, text: bytes, commas: np.ndarray | None = None) -> tuple[int, ...]:
-    """Chained hashes of the full TOKEN_BLOCK-token blocks of canonical ids text: block k
-    is the bytes between the commas that end tokens 64k and 64(k+1) (numpy finds them),
-    hashed with the hash before it. Python's bytes hash: stable within a process."""
-    if not text:
-        return ()
-    if commas is None:
-        commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
-    blocks = (len(commas) + 1) // TOKEN_BLOCK
-    if not blocks:
-        return ()
-    ends = commas[TOKEN_BLOCK - 1::TOKEN_BLOCK].tolist()[:blocks]
-    if len(ends) < blocks:  # the last block ends the text
-        ends.append(len(text))
-    hashes = []
-    start = 0
-    for end in ends:
-        h = hash((h, text[start:end]))
-        hashes.append(h)
-        start = end + 1
-    return tuple(hashes)
+    held = ids.array if isinstance(ids, EncodedIds) else None
+    tail = held[start:] if held is not None else np.array(ids[start:], dtype=np.uint64)
+    if len(more):
+        tail = np.concatenate([tail, np.array(more, dtype=np.uint64)])
+    return key + block_keys.of_ids(tail, TOKEN_BLOCK, key[-1] if key else 0)
 
 
 def _last_served(owners: tuple[int, ...], slot: int) -> tuple[int, ...]:
