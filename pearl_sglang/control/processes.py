@@ -33,6 +33,7 @@ class ServerStartError(RuntimeError):
 # (``get_free_port_below_ephemeral``), and Ray's workers use 10002-19999. A port chosen
 # there could be taken by a worker's own child a moment after it was found free.
 _AVOIDED = (range(10000, 20000), range(22000, 30000))
+_AVOIDED_PORTS = frozenset(p for r in _AVOIDED for p in r)
 
 
 def _ephemeral_low() -> int:
@@ -46,7 +47,7 @@ def _ephemeral_low() -> int:
 def listen_ports() -> list[int]:
     """The ports PEARL hands to the servers it starts."""
     top = max(_ephemeral_low(), 30100)
-    return [p for p in range(20000, top) if not any(p in r for r in _AVOIDED)]
+    return [p for p in range(20000, top) if p not in _AVOIDED_PORTS]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -13,7 +13,8 @@ eviction never removes a locked page; a key's refcount never goes negative.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import filterfalse, repeat
+from itertools import compress, islice, repeat
+from operator import not_
 
 
 class PrefixCache:
@@ -78,22 +79,22 @@ class PrefixCache:
         if not self.enabled:
             return 0
         refs, lru = self._refs, self._lru
-        last_first = keys[::-1]
-        new = dict.fromkeys(filterfalse(refs.__contains__, last_first))
-        refs.update(zip(new, repeat(0)))
-        lru.update(zip(new, repeat(None)))
-        if len(new) < len(last_first):  # present or repeated keys: the unlocked ones in their place
-            deque(map(lru.move_to_end, filter(lru.__contains__, last_first)), maxlen=0)
-        return len(new)
+        last_first = keys[::-1]  # a prompt's keys are chained: none repeats
+        before = len(refs)
+        unlocked = list(compress(last_first, map(not_, map(refs.setdefault, last_first, repeat(0)))))
+        new = len(refs) - before
+        lru.update(zip(unlocked, repeat(None)))
+        if new < len(unlocked):  # some were present and unlocked: the new and those, in order, last
+            deque(map(lru.move_to_end, unlocked), maxlen=0)
+        return new
 
     def evict(self, tokens: int) -> int:
         """Evict unlocked pages, oldest first, until ``tokens`` are freed; returns freed."""
-        freed = 0
-        while freed < tokens and self._lru:
-            k, _ = self._lru.popitem(last=False)
-            del self._refs[k]
-            freed += self.page
-        return freed
+        n = min(len(self._lru), max(0, -(-tokens // self.page)))
+        gone = list(islice(self._lru, n))
+        deque(map(self._lru.pop, gone), maxlen=0)
+        deque(map(self._refs.pop, gone), maxlen=0)
+        return n * self.page
 
     def flush(self) -> bool:
         """Drop every unlocked page; SGLang refuses while requests hold pages."""

@@ -92,3 +92,10 @@ def of_text(text: bytes, commas: np.ndarray, block: int, h: int = 0) -> tuple[in
 def of_ids(ids: np.ndarray, block: int, h: int = 0) -> tuple[int, ...]:
     """Keys of the full blocks of a uint64 id array, continuing from key ``h``."""
     return tuple(_id_keys(ids, _U(h), block, _U(SEED)).tolist())
+
+
+def warm() -> None:
+    """Load (or compile, once per machine) both kernels, as a server starts: a first call
+    takes about 0.3 s, which its first request would otherwise wait."""
+    of_text(b"0", np.zeros(0, dtype=np.intp), 1)
+    of_ids(np.zeros(1, dtype=np.uint64), 1)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
-from itertools import chain, filterfalse, islice, repeat
+from itertools import chain, islice, repeat
+from operator import is_
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -195,23 +196,22 @@ class Selector:
         # Tail first, so a key's first blocks are the most recent and eviction takes its
         # tail first, as a radix cache evicts leaves: what is held stays a prefix. Most
         # blocks of an agentic turn are new (its context was rewritten): they are added
-        # in C; only blocks some worker already holds take a Python step.
-        order = list(dict.fromkeys(reversed(key[held:])))
-        new = list(filterfalse(blocks.__contains__, order))
-        added = len(new)
-        if len(new) < len(order):
-            for h in order:
-                owners = blocks.get(h)
-                if owners is None:
+        # in C, one lookup each; only blocks some worker already holds take a Python
+        # step. (A key's chained 64-bit keys never repeat, short of a collision.)
+        own = (slot,)
+        order = key[held:][::-1]
+        found = list(map(blocks.setdefault, order, repeat(own)))
+        added = sum(map(is_, found, repeat(own)))
+        if added < len(order):
+            for h, owners in zip(order, found):
+                if owners is own:
                     continue
                 if slot not in owners:
                     blocks[h] = (*owners, slot)
                     added += 1
                 elif owners[-1] != slot:  # most recent server last
                     blocks[h] = _last_served(owners, slot)
-        blocks.update(zip(new, repeat((slot,), len(new))))
-        if len(new) < len(order):  # else they were just added, in this order, at the end
-            deque(map(blocks.move_to_end, order), maxlen=0)
+            deque(map(blocks.move_to_end, order), maxlen=0)  # else just added, in this order
         if held:
             h = key[held - 1]
             if blocks[h][-1] != slot:
