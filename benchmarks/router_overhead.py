@@ -52,9 +52,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pearl_sglang.control.processes import (  # noqa: E402
-    ServerProcess, ServerSpec, SglangCpuStack, free_port, wait_all_healthy,
-)
+from benchmarks.harness.servers import SglangCpuStack, wait_all_healthy  # noqa: E402
+from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port  # noqa: E402
 import router_agentic  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 STACK_DIR = REPO / ".sglang-cpu"
