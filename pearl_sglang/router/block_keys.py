@@ -43,11 +43,10 @@ def _step(b: np.uint64, v: np.uint64) -> np.uint64:
 
 
 @njit(cache=True)
-def _text_keys(text: np.ndarray, commas: np.ndarray, h: np.uint64, block: int, seed: np.uint64,
-               place: np.ndarray) -> np.ndarray:
+def _text_keys(text: np.ndarray, commas: np.ndarray, start: np.ndarray, block: int, place: np.ndarray) -> np.ndarray:
     """An id of up to 6 digits (every vocabulary's) is read as 6 bytes times their place
     values, no branch per digit; longer ones digit by digit."""
-    size = len(text)
+    h, seed, size = start[0], start[1], len(text)
     out = np.empty((len(commas) + 1) // block, dtype=np.uint64)
     s = 0
     for k in range(len(out)):
@@ -71,7 +70,8 @@ def _text_keys(text: np.ndarray, commas: np.ndarray, h: np.uint64, block: int, s
 
 
 @njit(cache=True)
-def _id_keys(ids: np.ndarray, h: np.uint64, block: int, seed: np.uint64) -> np.ndarray:
+def _id_keys(ids: np.ndarray, start: np.ndarray, block: int) -> np.ndarray:
+    h, seed = start[0], start[1]
     out = np.empty(len(ids) // block, dtype=np.uint64)
     for k in range(len(out)):
         b = seed
@@ -82,16 +82,22 @@ def _id_keys(ids: np.ndarray, h: np.uint64, block: int, seed: np.uint64) -> np.n
     return out
 
 
+def _start(h: int) -> np.ndarray:
+    """The key to continue from and the seed, as one array: numba takes an array argument
+    on its fast path, a numpy scalar through Python (~15 us a call)."""
+    return np.array((h, SEED), dtype=np.uint64)
+
+
 def of_text(text: bytes, commas: np.ndarray, block: int, h: int = 0) -> tuple[int, ...]:
     """Keys of the full blocks of canonical id text (non-negative JSON integers of at most
     19 digits, as ``encoded_ids.canonical_ints`` accepts) whose commas are at ``commas``,
     continuing from key ``h`` (0: from the start)."""
-    return tuple(_text_keys(np.frombuffer(text, dtype=np.uint8), commas, _U(h), block, _U(SEED), _PLACE).tolist())
+    return tuple(_text_keys(np.frombuffer(text, dtype=np.uint8), commas, _start(h), block, _PLACE).tolist())
 
 
 def of_ids(ids: np.ndarray, block: int, h: int = 0) -> tuple[int, ...]:
     """Keys of the full blocks of a uint64 id array, continuing from key ``h``."""
-    return tuple(_id_keys(ids, _U(h), block, _U(SEED)).tolist())
+    return tuple(_id_keys(ids, _start(h), block).tolist())
 
 
 def warm() -> None:
