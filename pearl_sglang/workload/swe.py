@@ -33,6 +33,7 @@ _Z90 = NormalDist().inv_cdf(0.90)
 
 # Purposes that key independent random streams.
 _PROMPT, _TURNS, _TURN, _REWRITE = 1, 2, 3, 4
+_WORD = 1 << 32  # SeedSequence reads an int below this as one 32-bit word
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,10 @@ class SweSampler:
         self.workload = workload
 
     def _rng(self, purpose: int, *key: int) -> np.random.Generator:
-        return np.random.default_rng([self.workload.seed, purpose, *key])
+        words = (self.workload.seed, purpose, *key)
+        if 0 <= min(words) and max(words) < _WORD:  # the list's own seed words, without numpy's loop per int
+            return np.random.default_rng(np.array(words, dtype=np.uint32))
+        return np.random.default_rng(list(words))
 
     def _ids(self, rng: np.random.Generator, n: int) -> list[int]:
         lo, hi = self.workload.vocab

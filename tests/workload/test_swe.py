@@ -127,3 +127,14 @@ def test_next_context_array_is_next_context(n, f, turn, out):
     as_array = s.next_context_array(np.asarray(prompt, dtype=np.int64), tuple(output), plan, 5)
     assert as_array.dtype == np.int64 and as_array.tolist() == as_list
     assert fastjson.dumps({"input_ids": as_array}) == fastjson.dumps({"input_ids": as_list})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**40), st.integers(0, 5), st.lists(st.integers(0, 2**40), max_size=3))
+def test_generators_are_seeded_as_default_rng_seeds_a_list(seed, purpose, key):
+    """The sampler seeds from a uint32 array when every word fits (numpy's per-int coercion
+    costs ~7 us a generator): the draws must be the list-seeded ones, for any seed."""
+    sampler = SweSampler(replace(SweWorkload(), seed=seed))
+    ours = sampler._rng(purpose, *key).integers(0, 2**62, size=8)
+    theirs = np.random.default_rng([seed, purpose, *key]).integers(0, 2**62, size=8)
+    assert ours.tolist() == theirs.tolist()
