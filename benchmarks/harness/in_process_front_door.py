@@ -6,8 +6,9 @@ and the router's parse of the ids back out of the text, about a fifth of a repla
 ``InProcessFrontDoor`` hands the router the same body and headers instead: the
 context array becomes checked ``EncodedIds`` that keep it (``EncodedIds.of_array``:
 the router keys its blocks from the array and the in-process worker transport hands
-it on, so no id text is written or parsed), and the request runs the ``/generate`` handler's own steps (``parse_generate``,
-``start_runs``, ``unstreamed_answer``) with its metrics. A router or worker error comes
+it on, so no id text is written or parsed), and the request runs the ``/generate``
+handler's own steps (``parse_generate``, ``start_runs``, ``unstreamed_answer``) with
+its metrics. A router or worker error comes
 back as the status and body the error middleware would have sent. What it leaves out is
 HTTP itself: authentication (the caller is the harness), body size and JSON depth limits
 (the body is no JSON), and watching a client connection (a cancelled turn cancels the

@@ -3,11 +3,11 @@
 The benchmark harness replays hundreds of thousands of turns; over loopback HTTP, JSON
 and aiohttp on both sides of the router-to-worker hop cost about a fifth of a replay's
 CPU.  ``InProcessTransport`` skips that hop: the router's body goes through the
-emulator's own ``/generate`` parser into its engine (a prompt the router checked as id
-text, ``EncodedIds``, as a uint64 array: ``PromptIds``), and the router gets the chunk
-dicts the HTTP handler would have sent, with the same typed failures.  Everything else the router and control plane say to the
-workers (aborts by other paths, drains, weight updates, memory, KV bootstrap, health
-probes) still goes over HTTP to the same servers.
+emulator's own ``/generate`` parser into its engine (a prompt the router checked,
+``EncodedIds``, as a uint64 array: ``PromptIds``), and the router gets the chunk dicts
+the HTTP handler would have sent, with the same typed failures.  Everything else the
+router and control plane say to the workers (aborts by other paths, drains, weight
+updates, memory, KV bootstrap, health probes) still goes over HTTP to the same servers.
 
 A worker stopped mid-stream ends the stream with ``WorkerUnavailable``, as the closed
 connection of an HTTP stream does.

@@ -3,10 +3,11 @@
 The router learns which worker holds which prefix from block keys (``selection``): key
 k stands for the prompt's first (k + 1) * ``block`` ids, so prompts with equal prefixes
 share their leading keys. A block mixes its ids' values one by one (a multiply each),
-and its key is the block's mix (splitmix64) mixed into the key before it. One compiled pass makes them, from either form a
-prompt comes in: the canonical JSON text of a request's ids (``b"1,2,3"``, digits read
-on the way: no list of ints, no slices), or an array the caller already holds (the
-replay's in-process front door, a prompt plus its output). Both give the same keys.
+and its key is the block's mix (splitmix64) mixed into the key before it. One compiled
+pass makes them, from either form a prompt comes in: the canonical JSON text of a
+request's ids (``b"1,2,3"``, digits read on the way: no list of ints, no slices), or an
+array the caller already holds (the replay's in-process front door, a prompt plus its
+output). Both give the same keys.
 
 Keys are compared for equality within one process only: a per-process seed, as Python's
 own string hash has, keeps a client from crafting prompts whose keys collide.

@@ -66,9 +66,9 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds] | None:
 
 
 def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> dict[str, Any] | None:
-    """The decoded body, its ``input_ids`` the validated row (``EncodedIds``), or None (take the general path). ``too_deep`` runs on the body
-    before the ids go back in (they are flat): None if it says so, and the general path
-    refuses the body."""
+    """The decoded body, its ``input_ids`` the validated row (``EncodedIds``), or None
+    (take the general path). ``too_deep`` runs on the body before the ids go back in
+    (they are flat): None if it says so, and the general path refuses the body."""
     split = split_ids(raw)
     if split is None:
         return None

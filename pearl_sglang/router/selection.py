@@ -103,7 +103,7 @@ def context_tokens(input_ids: Sequence[int] | None, text: str | None) -> int:
 
 
 def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[int] = ()) -> tuple[int, ...]:
-    """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are hashed."""
+    """``prefix_key(ids + more)`` given ``key == prefix_key(ids)``: only new blocks are keyed."""
     start = len(key) * TOKEN_BLOCK
     if len(ids) + len(more) - start < TOKEN_BLOCK:
         return key
