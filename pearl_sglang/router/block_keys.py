@@ -24,6 +24,7 @@ _ADD, _M1, _M2 = _U(0x9E3779B97F4A7C15), _U(0xBF58476D1CE4E5B9), _U(0x94D049BB13
 _S30, _S27, _S31 = _U(30), _U(27), _U(31)
 _TEN, _ZERO_DIGIT = _U(10), _U(ord("0"))
 SEED = int.from_bytes(os.urandom(8), "little")
+_MASK = (1 << 64) - 1
 
 
 @njit(cache=True, inline="always")
@@ -85,8 +86,9 @@ def _id_keys(ids: np.ndarray, start: np.ndarray, block: int) -> np.ndarray:
 
 def _start(h: int) -> np.ndarray:
     """The key to continue from and the seed, as one array: numba takes an array argument
-    on its fast path, a numpy scalar through Python (~15 us a call)."""
-    return np.array((h, SEED), dtype=np.uint64)
+    on its fast path, a numpy scalar through Python (~15 us a call). ``h`` may be any int
+    (a text prompt's keys are Python's signed hashes): its low 64 bits continue the chain."""
+    return np.array((h & _MASK, SEED), dtype=np.uint64)
 
 
 def of_text(text: bytes, commas: np.ndarray, block: int, h: int = 0) -> tuple[int, ...]:

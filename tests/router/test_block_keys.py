@@ -43,3 +43,14 @@ def test_a_changed_id_changes_its_block_and_every_later_key(ids: list[int], data
     same = at // BLOCK
     assert after[:same] == before[:same]
     assert all(a != b for a, b in zip(after[same:], before[same:]))
+
+
+def test_a_chain_continues_from_any_int_key():
+    """Text prompts are keyed by Python's (signed) hash: a prompt + output key extends
+    from one, as from an id key (a negative start once made the router answer 500)."""
+    ids = np.arange(3 * BLOCK, dtype=np.uint64)
+    for h in (-1, -(2**63), 2**64 - 1, 2**70 + 5, 0):
+        keys = block_keys.of_ids(ids, BLOCK, h)
+        assert len(keys) == 3 and keys == block_keys.of_ids(ids, BLOCK, h)
+        assert all(0 <= k < 2**64 for k in keys)
+    assert block_keys.of_ids(ids, BLOCK, -1) == block_keys.of_ids(ids, BLOCK, 2**64 - 1)
