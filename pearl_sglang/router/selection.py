@@ -17,10 +17,8 @@ worker of its latest turn. Holds only learned affinity and recency, never worker
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
-from operator import is_
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -30,7 +28,7 @@ from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.core.staleness import PushLog
 from pearl_sglang.core.straggler_isolation import Isolation, choose_colocated_isolated, choose_pair_isolated
 from pearl_sglang.core.state import Role, StateTable, WorkerRecord
-from pearl_sglang.router import block_keys
+from pearl_sglang.router import block_keys, prefix_map
 from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.routing_policy import Request, RoutingPolicy, make_policy
 
@@ -114,11 +112,6 @@ def extend_prefix_key(key: tuple[int, ...], ids: Sequence[int], more: Sequence[i
     return key + block_keys.of_ids(tail, TOKEN_BLOCK, key[-1] if key else 0)
 
 
-def _last_served(owners: tuple[int, ...], slot: int) -> tuple[int, ...]:
-    """``owners`` with ``slot`` moved to the end (the most recent server)."""
-    return (*(s for s in owners if s != slot), slot)
-
-
 @dataclass(frozen=True)
 class SelectionPolicy:
     """Bounds of the learned maps (blocks and trajectories remembered, LRU)."""
@@ -139,10 +132,9 @@ class Selector:
         self.pushes = pushes
         self.routing = make_policy(routing) if isinstance(routing, str) else routing
         self.rates = rates
-        # hash -> slots, most recent last. A tuple, shared by every block one worker alone
-        # holds: a map of 2^20 blocks allocates nothing per block, and fits the cache better.
-        self._blocks: OrderedDict[int, tuple[int, ...]] = OrderedDict()
-        self._tree_blocks: dict[int, int] = {}                            # slot -> blocks it holds
+        self._blocks = prefix_map.PrefixMap(policy.max_prefix_blocks)  # block key -> slots, latest
+        self._last_key: tuple[int, ...] | None = None
+        self._last_array = prefix_map.as_keys(())
         self._trajectory_owner: OrderedDict[str, int] = OrderedDict()
         self._assigned: dict[int, int] = {}                               # slot -> assignment number
         self._assignments = 0
@@ -181,8 +173,8 @@ class Selector:
 
     def _options(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
                  key: tuple[int, ...]) -> list[Option]:
-        matched = self.matched_tokens(key, {w.slot for w in workers}) if key else {}
-        tree, assigned = self._tree_blocks, self._assigned
+        matched = self.matched_tokens(key, [w.slot for w in workers]) if key else {}
+        tree, assigned = self._blocks.counts(), self._assigned
         return [Option(w.slot, loads.get(w.slot, IDLE), matched.get(w.slot, 0), assigned.get(w.slot, -1),
                        tree.get(w.slot, 0)) for w in workers]
 
@@ -191,40 +183,7 @@ class Selector:
         for s in target.slots:
             self._assignments += 1
             self._assigned[s] = self._assignments
-        blocks, tree = self._blocks, self._tree_blocks
-        held = self.matched_tokens(key, {slot}).get(slot, 0) // TOKEN_BLOCK
-        # Tail first, so a key's first blocks are the most recent and eviction takes its
-        # tail first, as a radix cache evicts leaves: what is held stays a prefix. Most
-        # blocks of an agentic turn are new (its context was rewritten): they are added
-        # in C, one lookup each; only blocks some worker already holds take a Python
-        # step. (A key's chained 64-bit keys never repeat, short of a collision.)
-        own = (slot,)
-        order = key[held:][::-1]
-        found = list(map(blocks.setdefault, order, repeat(own)))
-        added = sum(map(is_, found, repeat(own)))
-        if added < len(order):
-            for h, owners in zip(order, found):
-                if owners is own:
-                    continue
-                if slot not in owners:
-                    blocks[h] = (*owners, slot)
-                    added += 1
-                elif owners[-1] != slot:  # most recent server last
-                    blocks[h] = _last_served(owners, slot)
-            deque(map(blocks.move_to_end, order), maxlen=0)  # else just added, in this order
-        if held:
-            h = key[held - 1]
-            if blocks[h][-1] != slot:
-                blocks[h] = _last_served(blocks[h], slot)
-            # The prefix it already held: refresh recency only (the loop runs in C).
-            deque(map(blocks.move_to_end, reversed(key[:held])), maxlen=0)
-        if added:
-            tree[slot] = tree.get(slot, 0) + added
-        excess = len(blocks) - self.policy.max_prefix_blocks
-        if excess > 0:  # least recent first; a full map evicts about what each turn adds
-            evicted = list(islice(blocks, excess))
-            for s, n in Counter(chain.from_iterable(map(blocks.pop, evicted))).items():
-                tree[s] -= n
+        self._blocks.remember(self._array(key), slot)
         if trajectory is not None:
             self._trajectory_owner[trajectory] = slot
             self._trajectory_owner.move_to_end(trajectory)
@@ -246,39 +205,18 @@ class Selector:
         longest known prefix."""
         if trajectory is not None and trajectory in self._trajectory_owner:
             return self._trajectory_owner[trajectory]
-        for h in reversed(key):
-            owners = self._blocks.get(h)
-            if owners:
-                return owners[-1]
-        return None
+        return self._blocks.latest(self._array(key))
 
-    def matched_tokens(self, key: tuple[int, ...], slots: set[int]) -> dict[int, int]:
-        """Tokens of ``key``'s prefix that each of ``slots`` holds. Hashes are chained and
-        a key's blocks are remembered (and evicted, tail first) together, so what a worker
-        holds of a key is a prefix of it: a binary search per worker finds its end."""
-        found: dict[int, int] = {}
-        blocks = self._blocks
-        first = blocks.get(key[0]) if key else None
-        if not first:
-            return found
-        last = len(key) - 1
-        tail = blocks.get(key[last]) or ()
-        for s in first:
-            if s not in slots:
-                continue
-            if s in tail:
-                found[s] = len(key) * TOKEN_BLOCK
-                continue
-            lo, hi = 0, last  # s holds key[lo], not key[hi]
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                owners = blocks.get(key[mid])
-                if owners is not None and s in owners:
-                    lo = mid
-                else:
-                    hi = mid
-            found[s] = (lo + 1) * TOKEN_BLOCK
-        return found
+    def matched_tokens(self, key: tuple[int, ...], slots: Iterable[int]) -> dict[int, int]:
+        """Tokens of ``key``'s prefix that each of ``slots`` holds (those holding none left
+        out). What a worker holds of a key is a prefix of it (``prefix_map``)."""
+        return self._blocks.held_tokens(self._array(key), list(slots), TOKEN_BLOCK)
+
+    def _array(self, key: tuple[int, ...]) -> np.ndarray:
+        """``key`` as the map's uint64 array; one request asks for the same key a few times."""
+        if key is not self._last_key:
+            self._last_key, self._last_array = key, prefix_map.as_keys(key)
+        return self._last_array
 
     def state(self) -> dict[str, object]:
-        return {"routing_policy": self.routing.name, "cached_blocks": dict(sorted(self._tree_blocks.items()))}
+        return {"routing_policy": self.routing.name, "cached_blocks": self._blocks.counts()}

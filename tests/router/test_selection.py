@@ -9,6 +9,8 @@ from hypothesis import given, settings, strategies as st
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
 from pearl_sglang.router.selection import SelectionPolicy, Selector, Target
 
+MASK = (1 << 64) - 1
+
 
 def _on(slot: int) -> Target:
     return Target(worker=WorkerRecord(slot=slot, gpus=(f"n0:{slot}",), zone=Zone.DEDICATED,
@@ -74,11 +76,14 @@ def _remember_block_by_block(blocks: OrderedDict, tree: dict, slot: int, key: tu
 
 @settings(max_examples=200, deadline=None)
 @given(limit=st.integers(1, 12),
-       turns=st.lists(st.tuples(st.integers(1, 3), st.lists(st.integers(0, 2), max_size=8)), max_size=12))
+       turns=st.lists(st.tuples(st.sampled_from([1, 2, 3, 70, 130]), st.lists(st.integers(0, 2), max_size=8)),
+                      max_size=12))
 def test_remember_keeps_the_block_by_block_rule(limit, turns):
-    """Blocks, their owners in order, recency and per-worker counts equal the one-block-
-    at-a-time rule's after any sequence of turns (shared prefixes, eviction mid-turn).
-    A turn's blocks are chained as real keys are: block i names the path up to it."""
+    """Blocks, their owners and latest owner, recency and per-worker counts equal the
+    one-block-at-a-time rule's after any sequence of turns (shared prefixes, eviction
+    mid-turn). A turn's blocks are chained as real keys are: block i names the path up to
+    it (Python's signed hashes: the map keeps their low 64 bits). Slots past 63 widen
+    every block's slot set as they come."""
     sel = Selector(SelectionPolicy(max_prefix_blocks=limit))
     blocks: OrderedDict = OrderedDict()
     tree: dict = {}
@@ -87,8 +92,35 @@ def test_remember_keeps_the_block_by_block_rule(limit, turns):
         held = sel.matched_tokens(key, {slot}).get(slot, 0) // 64
         _remember_block_by_block(blocks, tree, slot, key, held, limit)
         sel.remember(_on(slot), key)
-        assert [(h, list(o)) for h, o in sel._blocks.items()] == [(h, list(o)) for h, o in blocks.items()]
-        assert sel._tree_blocks == tree
+        assert list(sel._blocks.entries()) == [(h & MASK, frozenset(o), list(o)[-1]) for h, o in blocks.items()]
+        assert sel._blocks.counts() == dict(sorted(tree.items()))
+
+
+def test_a_full_map_of_long_keys_keeps_the_rule():
+    """Thousands of blocks through a map a fraction their size: the hash index's
+    deletions (entries shifted back over the gap) and growth keep every block findable."""
+    import random
+    rnd = random.Random(7)
+    limit = 700
+    sel = Selector(SelectionPolicy(max_prefix_blocks=limit))
+    blocks: OrderedDict = OrderedDict()
+    tree: dict = {}
+    keys: list[tuple[int, ...]] = []
+    for _ in range(300):
+        if keys and rnd.random() < 0.5:  # a later turn: a known prefix, extended
+            base = rnd.choice(keys)
+            key = base[:rnd.randrange(len(base) + 1)] + tuple(rnd.getrandbits(64) for _ in range(rnd.randrange(1, 120)))
+        else:
+            key = tuple(rnd.getrandbits(64) for _ in range(rnd.randrange(1, 300)))
+        keys.append(key)
+        slot = rnd.randrange(6)
+        held = sel.matched_tokens(key, {slot}).get(slot, 0) // 64
+        _remember_block_by_block(blocks, tree, slot, key, held, limit)
+        sel.remember(_on(slot), key)
+    assert list(sel._blocks.entries()) == [(h, frozenset(o), list(o)[-1]) for h, o in blocks.items()]
+    assert sel._blocks.counts() == dict(sorted(tree.items()))
+    for key in keys[-50:]:
+        assert sel.holder(key) == next((list(blocks[h])[-1] for h in reversed(key) if h in blocks), None)
 
 
 def test_matched_tokens_is_the_prefix_each_worker_holds():
