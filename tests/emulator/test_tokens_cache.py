@@ -1,6 +1,8 @@
 """Pure pieces: the token function, the context hash, the prefix cache, the link."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -69,7 +71,7 @@ def test_eos_probability_is_respected() -> None:
     assert 0.04 < rate < 0.06
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)  # the first example loads the compiled cache
 @given(st.lists(st.tuples(st.sampled_from("mlue"), st.integers(0, 6), st.integers(1, 5)), max_size=60))
 def test_prefix_cache_invariants(ops: list[tuple[str, int, int]]) -> None:
     cache = PrefixCache(page=4)
@@ -196,31 +198,67 @@ def test_prompt_ids_read_as_a_tuple_of_ints_and_hash_the_same() -> None:
     assert prompt_hashes(PromptIds(np.array(prompt, dtype=np.uint64)), 16) == prompt_hashes(tuple(prompt), 16)
 
 
-def _insert_one_by_one(cache: PrefixCache, keys: list[int]) -> int:
-    new = 0
-    for k in reversed(keys):
-        if k in cache._refs:
-            if k in cache._lru:
-                cache._lru.move_to_end(k)
-            continue
-        cache._refs[k] = 0
-        cache._lru[k] = None
-        new += 1
-    return new
+class _OneKeyAtATime:
+    """The cache's rule, one page at a time in Python dicts (what it was before it was compiled)."""
+
+    def __init__(self) -> None:
+        self.refs: dict[int, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()
+
+    def insert(self, keys: list[int]) -> int:
+        new = 0
+        for k in reversed(keys):
+            if k in self.refs:
+                if k in self.lru:
+                    self.lru.move_to_end(k)
+                continue
+            self.refs[k] = 0
+            self.lru[k] = None
+            new += 1
+        return new
+
+    def lock(self, keys: list[int]) -> None:
+        for k in keys:
+            if self.refs[k] == 0:
+                del self.lru[k]
+            self.refs[k] += 1
+
+    def unlock(self, keys: list[int]) -> None:
+        for k in reversed(keys):
+            self.refs[k] -= 1
+            if self.refs[k] == 0:
+                self.lru[k] = None
+
+    def match(self, keys: list[int], limit: int) -> int:
+        n = 0
+        while n < min(len(keys), limit) and keys[n] in self.refs:
+            n += 1
+        for k in reversed(keys[:n]):
+            if k in self.lru:
+                self.lru.move_to_end(k)
+        return n
+
+    def evict(self, n: int) -> int:
+        n = min(n, len(self.lru))
+        for _ in range(n):
+            k, _ = self.lru.popitem(last=False)
+            del self.refs[k]
+        return n
 
 
-@settings(max_examples=200)
-@given(st.lists(st.tuples(st.sampled_from("ilue"), st.lists(st.integers(0, 12), max_size=10)), max_size=40))
-def test_insert_is_the_one_key_at_a_time_rule(ops: list[tuple[str, list[int]]]) -> None:
-    """Pages added, made recent, left alone while locked, repeated keys: the batch insert
-    leaves the same pages in the same LRU order, and counts the same new ones."""
-    fast, slow = PrefixCache(page=1), PrefixCache(page=1)
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ilume"), st.lists(st.integers(0, 12), max_size=10)), max_size=40))
+def test_the_cache_is_the_one_key_at_a_time_rule(ops: list[tuple[str, list[int]]]) -> None:
+    """Pages added, made recent, left alone while locked, repeated keys, matched, evicted:
+    the compiled cache leaves the same pages, locks and LRU order as the rule applied one
+    key at a time, and counts the same new ones."""
+    fast, slow = PrefixCache(page=1), _OneKeyAtATime()
     locked: list[list[int]] = []
     for op, keys in ops:
         if op == "i":
-            assert fast.insert(keys) == _insert_one_by_one(slow, keys)
+            assert fast.insert(keys) == slow.insert(keys)
         elif op == "l":
-            held = [k for k in dict.fromkeys(keys) if k in fast._refs]
+            held = [k for k in dict.fromkeys(keys) if k in slow.refs]
             fast.lock(held)
             slow.lock(held)
             locked.append(held)
@@ -228,6 +266,36 @@ def test_insert_is_the_one_key_at_a_time_rule(ops: list[tuple[str, list[int]]]) 
             held = locked.pop()
             fast.unlock(held)
             slow.unlock(held)
+        elif op == "m":
+            assert fast.match(keys, 7) == slow.match(keys, 7)
         elif op == "e":
             assert fast.evict(len(keys)) == slow.evict(len(keys))
-        assert list(fast._lru) == list(slow._lru) and fast._refs == slow._refs
+        assert fast.unlocked() == list(slow.lru) and fast.pages() == slow.refs
+        assert fast.tokens == len(slow.refs) and fast.evictable_tokens == len(slow.lru)
+
+
+def test_a_cache_of_thousands_of_pages_keeps_the_rule() -> None:
+    """Many pages through a cache that evicts as it fills: the hash index's deletions
+    (entries shifted back over the gap) and growth keep every page findable."""
+    import random
+    rnd = random.Random(3)
+    fast, slow = PrefixCache(page=1), _OneKeyAtATime()
+    prompts: list[list[int]] = []
+    for _ in range(400):
+        base = rnd.choice(prompts)[:rnd.randrange(50)] if prompts and rnd.random() < 0.5 else []
+        keys = base + [rnd.getrandbits(64) for _ in range(rnd.randrange(1, 200))]
+        prompts.append(keys)
+        assert fast.match(keys, 10**9) == slow.match(keys, 10**9)
+        assert fast.insert(keys) == slow.insert(keys)
+        if len(slow.refs) > 3000:
+            assert fast.evict(len(slow.refs) - 2000) == slow.evict(len(slow.refs) - 2000)
+    assert fast.unlocked() == list(slow.lru) and fast.pages() == slow.refs
+
+
+def test_unlocking_a_page_not_locked_is_an_error() -> None:
+    cache = PrefixCache(page=1)
+    cache.insert([1, 2])
+    with pytest.raises(RuntimeError, match="underflow"):
+        cache.unlock([1])
+    with pytest.raises(KeyError):
+        cache.lock([3])
