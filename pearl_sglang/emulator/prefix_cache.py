@@ -11,7 +11,9 @@ A request's pages come and go a few hundred at a time, so the pages are entries 
 fixed arrays worked on compiled: a hash index (linear probing, deletion by backward
 shift), each page's reference count (-1: a free entry), and a recency list of the
 unlocked pages threaded through the entries (entry 0 is its sentinel). Keys are any
-ints; their low 64 bits are what is stored. The arrays grow as pages arrive.
+ints; their low 64 bits are what is stored. The arrays grow as pages arrive. (The
+router's prefix map has the same index; see ``router/prefix_map.py`` for why each keeps
+its own.)
 
 Invariants (tested): ``tokens == pages * page``; ``evictable_tokens <= tokens``;
 eviction never removes a locked page; a key's refcount never goes negative.

@@ -12,7 +12,10 @@ full map evicts as many; in a dict of Python objects that was about a microsecon
 block. Here a block is an entry of fixed arrays: a hash index (linear probing, deletion
 by backward shift, so no tombstones), a recency list threaded through the entries, and
 each entry's slots as a bit set of 64-slot words (widened when a higher slot appears).
-Node 0 is the list's sentinel. Arrays grow, never shrink, as the map fills.
+Node 0 is the list's sentinel. Arrays grow, never shrink, as the map fills. The engine's
+page cache (``emulator/prefix_cache.py``) keeps its own copy of the index's few functions:
+the emulator imports nothing of the router, and numba's on-disk cache does not see a change
+in a compiled function that another file's compiled code calls.
 
 Keys are compared as 64-bit values: a key may be any int (a text prompt's keys are
 Python's signed hashes); its low 64 bits are what is stored.

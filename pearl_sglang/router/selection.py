@@ -10,10 +10,11 @@ least busy worker (a decode worker, for pairs) has fewer sequences takes the req
 new workers serve as soon as they are admitted and old ones until they relaunch.
 
 Prefix ownership is learned from the requests themselves: prompts are cut into fixed
-blocks whose chained hashes map to the workers that served them (most recent last), so
-the next turn of a trajectory (whose prompt extends the previous one) finds the workers
-that hold its prefix without client cooperation; an explicit trajectory id names the
-worker of its latest turn. Holds only learned affinity and recency, never worker state.
+blocks whose chained hashes map to the workers that served them and the latest of them
+(``prefix_map``, bounded and least-recently-used), so the next turn of a trajectory (whose
+prompt extends the previous one) finds the workers that hold its prefix without client
+cooperation; an explicit trajectory id names the worker of its latest turn. Holds only
+learned affinity and recency, never worker state.
 """
 from __future__ import annotations
 
