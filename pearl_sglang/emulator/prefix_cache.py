@@ -244,7 +244,7 @@ class PrefixCache:
 
     def match(self, keys: Sequence[int], limit_tokens: int) -> int:
         """Number of leading pages of ``keys`` present (at most ``limit_tokens`` worth)."""
-        if not self.enabled or not keys:
+        if not self.enabled or not len(keys):
             return 0
         return _match(self._meta, self._index, self._keys, self._refs, self._prev, self._next,
                       _as_keys(keys), limit_tokens // self.page)
@@ -272,7 +272,7 @@ class PrefixCache:
     def insert(self, keys: Sequence[int]) -> int:
         """Add pages (unlocked); returns how many were new. As if each key, last first, were
         added or (unlocked and present) made most recent, one at a time."""
-        if not self.enabled or not keys:
+        if not self.enabled or not len(keys):
             return 0
         self._room(len(keys))
         return _insert(self._meta, self._index, self._keys, self._refs, self._prev, self._next, self._free,
