@@ -305,3 +305,14 @@ class PrefixCache:
             out.append(int(self._keys[node]))
             node = int(self._next[node])
         return out
+
+
+def warm() -> None:
+    """Load (or compile, once per machine) the kernels, as a worker starts: a first
+    compile takes seconds, which the first request would otherwise wait in the engine."""
+    cache = PrefixCache(page=1)
+    cache.insert([1, 2])
+    cache.match([1, 2], 2)
+    cache.lock([1])
+    cache.unlock([1])
+    cache.evict(2)

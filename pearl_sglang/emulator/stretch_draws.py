@@ -111,3 +111,8 @@ def draw_runs(space: TokenSpace, hashes: list[int], salts: list[int], n_out: lis
     counts = np.array([n_out, floors, watch_eos], dtype=np.int64)
     toks, hs, k = _draw_runs(words, counts, flat, ends, n, *_space_operands(space))
     return toks[:, :k - 1].tolist(), hs[:, :k - 1].tolist(), k
+
+
+def warm() -> None:
+    """Load (or compile, once per machine) the kernel, as a worker starts."""
+    draw_runs(TokenSpace(vocab_size=300, eos_token_id=0), [1], [2], [0], [False], [0], [frozenset()], 2)
