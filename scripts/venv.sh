@@ -12,8 +12,8 @@ ensure_venv() {
     echo "$stamp" > ".venv/.pearl-stamp-$extra"
   fi
   # Compile the numba kernels once per checkout (cached under __pycache__; ~1 s when they
-  # are): otherwise the first workers and router to start on a fresh machine compile them,
-  # seconds that a demo at 60x counts as minutes of worker start-up.
+  # are). Otherwise the first emulated workers on a fresh machine compile them inside their
+  # engine's first step: seconds with the event loop blocked while emulated time runs on.
   .venv/bin/python -c "from pearl_sglang.router import block_keys, prefix_map
 from pearl_sglang.emulator import prefix_cache, stretch_draws
 for kernels in (block_keys, prefix_map, prefix_cache, stretch_draws): kernels.warm()"

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from .codec import ModelMeta, TextCodec
 from .config import EmulatorArgs
-from . import http_control, http_generate, prefix_cache, stretch_draws
+from . import http_control, http_generate
 from .engine import Engine
 from .http_bootstrap import HttpRendezvous, create_bootstrap_app
 from .pd import Rendezvous
@@ -134,10 +134,6 @@ def create_app(worker: Worker) -> web.Application:
     app[WORKER] = worker
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        # Compiled kernels loaded before the first request: compiling inside the engine's
-        # step would block the loop for seconds, and emulated time would run ahead meanwhile.
-        prefix_cache.warm()
-        stretch_draws.warm()
         worker.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         rv = worker.engine.rendezvous
         if isinstance(rv, HttpRendezvous):
