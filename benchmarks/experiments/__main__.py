@@ -15,17 +15,17 @@ EXPERIMENTS = {
     "ablation": "benchmarks.experiments.ablation",
     "sensitivity": "benchmarks.experiments.sensitivity",
     "stragglers": "benchmarks.experiments.stragglers",
+    "decision-quality": "benchmarks.experiments.decision_quality",
     "reconfig": "benchmarks.reconfiguration_cost",
 }
-REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity", "stragglers")  # built on runner.run_jobs
-# Run by name only, not by ``all``: one replay per candidate configuration per point.
-SEPARATE = {"decision-quality": "benchmarks.experiments.decision_quality"}  # built on runner.run_jobs
+REPLAYS = ("scaling", "pd-sweep", "ratio", "elastic", "ablation", "sensitivity", "stragglers",
+           "decision-quality")  # built on runner.run_jobs
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*EXPERIMENTS, *SEPARATE, "all"):
-        print(__doc__.strip() + "\n\nexperiments: " + ", ".join([*EXPERIMENTS, *SEPARATE]), file=sys.stderr)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in (*EXPERIMENTS, "all"):
+        print(__doc__.strip() + "\n\nexperiments: " + ", ".join(EXPERIMENTS), file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     name, rest = argv[0], argv[1:]
     names = list(EXPERIMENTS) if name == "all" else [name]
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in names:
         t0 = time.perf_counter()
         print(f"== {n} ==", flush=True)
-        rc = importlib.import_module({**EXPERIMENTS, **SEPARATE}[n]).main(rest)
+        rc = importlib.import_module(EXPERIMENTS[n]).main(rest)
         print(f"== {n}: done in {time.perf_counter() - t0:.0f} s ==", flush=True)
         if rc:
             return rc

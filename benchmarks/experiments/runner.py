@@ -93,8 +93,8 @@ def run_jobs(experiment: str, jobs: list[Job], *, parallel: int = 2, fresh: bool
     results, todo = _cached(cache, jobs, fresh)
     print(f"[{experiment}] {len(jobs)} runs, {len(results)} cached, {len(todo)} to run on {parallel} processes",
           flush=True)
-    results.update(_execute(experiment, [(cache, job) for job in todo], parallel, done=len(results),
-                            total=len(jobs)))
+    results.update(_execute(experiment, [(job, [cache / f"{job.name}.json"]) for job in todo], parallel,
+                            done=len(results), total=len(jobs)))
     return results
 
 
@@ -122,12 +122,15 @@ def plan_jobs(main: Callable[[list[str]], int], argv: list[str]) -> list[tuple[s
 
 def run_all(planned: list[tuple[str, Path, list[Job]]], *, parallel: int = 2) -> None:
     """Run the uncached jobs of several experiments in one pool, the longest first, so no
-    process idles at the end of each experiment; the experiments then find them cached."""
-    entries: dict[Path, tuple[Path, Job]] = {}
+    process idles at the end of each experiment; the experiments then find them cached.
+    Jobs of the same configuration (under any name, in any experiment's cache) run once."""
+    by_key: dict[str, tuple[Job, list[Path]]] = {}
     for _, cache, jobs in planned:
         for job in _cached(cache, jobs, fresh=False)[1]:
-            entries[cache / f"{job.name}.json"] = (cache, job)
-    todo = sorted(entries.values(), key=lambda e: -_expected_cost(e[1].config))
+            paths = by_key.setdefault(_key(job.config), (job, []))[1]
+            if (path := cache / f"{job.name}.json") not in paths:
+                paths.append(path)
+    todo = sorted(by_key.values(), key=lambda e: -_expected_cost(e[0].config))
     print(f"[all] {len(todo)} runs to do on {parallel} processes", flush=True)
     _execute("all", todo, parallel, done=0, total=len(todo))
 
@@ -153,9 +156,10 @@ def _cached(cache: Path, jobs: list[Job], fresh: bool) -> tuple[dict[str, dict[s
     return results, todo
 
 
-def _execute(label: str, todo: list[tuple[Path, Job]], parallel: int, *, done: int,
+def _execute(label: str, todo: list[tuple[Job, list[Path]]], parallel: int, *, done: int,
              total: int) -> dict[str, dict[str, Any]]:
-    """Run ``todo`` in ``parallel`` processes, caching each result as it finishes."""
+    """Run ``todo`` in ``parallel`` processes, writing each result to its cache files as it
+    finishes."""
     results: dict[str, dict[str, Any]] = {}
     if not todo:
         return results
@@ -166,9 +170,9 @@ def _execute(label: str, todo: list[tuple[Path, Job]], parallel: int, *, done: i
     # 2 GiB, and its later replays took ~35% more CPU than with a pool per experiment).
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=parallel, mp_context=ctx, max_tasks_per_child=1) as pool:
-        futures = {pool.submit(_run_one, job.config): (cache, job) for cache, job in todo}
+        futures = {pool.submit(_run_one, job.config): (job, paths) for job, paths in todo}
         for fut in as_completed(futures):
-            cache, job = futures[fut]
+            job, paths = futures[fut]
             try:
                 result = fut.result()
             except Exception as e:  # keep the other runs going; report them all at the end
@@ -176,8 +180,10 @@ def _execute(label: str, todo: list[tuple[Path, Job]], parallel: int, *, done: i
                 print(f"[{label}] FAILED {job.name}: {e!r}", file=sys.stderr, flush=True)
                 continue
             result["cache_key"] = _key(job.config)
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / f"{job.name}.json").write_text(json.dumps(result, default=str))
+            text = json.dumps(result, default=str)
+            for path in paths:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
             results[job.name] = result
             done += 1
             print(f"[{label}] {done}/{total} {job.name}: {_line(result)} "

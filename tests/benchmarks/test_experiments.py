@@ -78,13 +78,21 @@ def test_all_runs_every_experiments_replays_in_one_pool(tmp_path, monkeypatch, c
         assert set(results) == {j.name for j in jobs}
         return 0
 
+    renamed = [replace(j, name=f"other-{j.name}") for j in jobs]
+
+    def another(argv):  # the same configurations under other names, in its own cache
+        assert set(runner.run_jobs("another", renamed, parallel=1)) == {j.name for j in renamed}
+        return 0
+
     planned = runner.plan_jobs(experiment, [])  # collects, runs nothing
     assert [(name, [j.name for j in js]) for name, _, js in planned] == [("exp", [j.name for j in jobs])]
     assert not (tmp_path / "shared").exists()
-    runner.run_all(planned + planned, parallel=2)  # a job two experiments share runs once
+    # A job two experiments share runs once, under the same name or another.
+    runner.run_all(planned + planned + runner.plan_jobs(another, []), parallel=2)
     assert "[all] 2 runs to do" in capsys.readouterr().out
-    assert experiment([]) == 0
-    assert "2 cached, 0 to run" in capsys.readouterr().out
+    assert experiment([]) == 0 and another([]) == 0
+    out = capsys.readouterr().out
+    assert "[exp] 2 runs, 2 cached, 0 to run" in out and "[another] 2 runs, 2 cached, 0 to run" in out
 
 
 def test_roll_runs_once_per_model_for_every_segment():
