@@ -30,6 +30,7 @@ trajectories the router could have known to be slowest (the floor's slowest).
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 from dataclasses import replace
 from typing import Any
@@ -58,10 +59,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0]) -> Job:
+def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0],
+        seed: int = 0) -> Job:
+    """``seed``: the workload's draw (other trajectories from the same distributions)."""
     base = fixed.job(gpus=gpus, pd_mode="colocated", batch=batch, steps=steps, preset=preset, system=system)
-    name = base.name + ("" if variant == "off" else f"-{variant}")
-    return Job(name, replace(base.config, **VARIANTS[variant]))
+    name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
+    return Job(name, replace(base.config, seed=seed, **VARIANTS[variant]))
 
 
 def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,10 +128,23 @@ def carry_cost(result: dict[str, Any]) -> dict[str, Any] | None:
             "thrown_away_tokens": generated - kept, "thrown_away_share": (generated - kept) / max(1, generated)}
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(dict.fromkeys(int(x) for x in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers, got {text!r}") from None
+    if any(x < 0 for x in seeds):
+        raise argparse.ArgumentTypeError(f"--seeds must be non-negative, got {text!r}")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(NAME, __doc__)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, `off` always included (default: all of {', '.join(VARIANTS)})")
+    parser.add_argument("--seeds", type=_seeds, default=(0,),
+                        help="comma-separated workload draws, each cell run once per draw and the cut taken "
+                             "from the means (default 0; the first draw's runs give the detailed table)")
     args = parser.parse_args(argv)
     variants = ["off"] + [v for v in VARIANTS if v != "off" and v in args.variants.split(",")]
     unknown = set(args.variants.split(",")) - set(VARIANTS)
@@ -136,20 +152,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
     name = results_name(NAME, quick=args.quick, preset=args.preset)
-    grid = {(system, g, v): job(g, batch, v, steps=steps, preset=args.preset, system=system)
-            for system, g, v in itertools.product(SYSTEMS, pools, variants)}
+    grid = {(system, g, v, seed): job(g, batch, v, steps=steps, preset=args.preset, system=system, seed=seed)
+            for system, g, v, seed in itertools.product(SYSTEMS, pools, variants, args.seeds)}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
-    rows, cells, costs = [], [], []
+    rows, cells, costs, means = [], [], [], []
     for system, g in itertools.product(SYSTEMS, pools):
         pool = f"{g} GPUs{SYSTEM_LABELS[system]}"
-        off = results[grid[(system, g, "off")].name]
+        first = args.seeds[0]
+        off = results[grid[(system, g, "off", first)].name]
         off_floor, off_tput = over_floor(off), off["summary"]["mean_throughput_tok_s"]
+        off_mean_floor = off_mean_tput = 0.0
         for v in variants:
-            r = results[grid[(system, g, v)].name]
-            of, tput = over_floor(r), r["summary"]["mean_throughput_tok_s"]
+            per_seed = [results[grid[(system, g, v, seed)].name] for seed in args.seeds]
+            floors = [over_floor(r) for r in per_seed]
+            tputs = [r["summary"]["mean_throughput_tok_s"] for r in per_seed]
+            mean_floor, mean_tput = sum(floors) / len(floors), sum(tputs) / len(tputs)
+            if v == "off":
+                off_mean_floor, off_mean_tput = mean_floor, mean_tput
+            mean_cut = (off_mean_floor - mean_floor) / (off_mean_floor - 1.0) if off_mean_floor > 1.0 else 0.0
+            means.append({"system": system, "gpus": g, "variant": v, "seeds": list(args.seeds),
+                          "rollout_over_floor": floors, "mean_rollout_over_floor": mean_floor,
+                          "cut_of_distance_to_1": mean_cut, "tok_s": tputs, "mean_tok_s": mean_tput,
+                          "tok_s_vs_off": mean_tput / off_mean_tput})
+            r, of, tput = per_seed[0], floors[0], tputs[0]
             cut = (off_floor - of) / (off_floor - 1.0) if off_floor > 1.0 else 0.0
             mech, busy, cost = tail_mechanism(r), busy_share(r), carry_cost(r)
-            cells.append({"system": system, "gpus": g, "variant": v, "rollout_over_floor": of,
+            cells.append({"system": system, "gpus": g, "variant": v, "seed": first, "rollout_over_floor": of,
                           "cut_of_distance_to_1": cut, "tok_s": tput, "tok_s_vs_off": tput / off_tput,
                           "rollout_tok_s": r["summary"]["rollout_throughput_tok_s"],
                           "rollout_s": [s["rollout_s"] for s in r["steps"]], "tail": mech,
@@ -165,10 +193,21 @@ def main(argv: list[str] | None = None) -> int:
                 stale = ", ".join(f"{k}: {share:.1%}" for k, share in cost["tokens_by_staleness"].items())
                 costs.append([pool, v, ", ".join(map(str, cost["carried_in"])), stale,
                               f"{cost['thrown_away_tokens']} ({cost['thrown_away_share']:.1%})"])
+    seeds = " / ".join(map(str, args.seeds))
+    over_seeds = ("" if len(args.seeds) < 2 else
+                  f"\n\nOver the workload draws (seeds {seeds}; one replay each; `cut` from the means):\n\n"
+                  + md_table(["pool", "variant", f"rollout / floor, seeds {seeds}", "mean", "cut",
+                              "step tok/s, mean", "vs off"],
+                             [[f"{m['gpus']} GPUs{SYSTEM_LABELS[m['system']]}", m["variant"],
+                               " / ".join(f"{x:.3f}" for x in m["rollout_over_floor"]),
+                               f"{m['mean_rollout_over_floor']:.3f}",
+                               "-" if m["variant"] == "off" else f"{m['cut_of_distance_to_1']:+.0%}",
+                               f"{m['mean_tok_s']:.0f}", "-" if m["variant"] == "off" else f"{m['tok_s_vs_off']:.3f}"]
+                              for m in means]))
     md = (f"# Stragglers first (ablation)\n\nColocated pools of reserved GPUs (TP2 workers): fixed "
           f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
           f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, "
-          f"preset `{args.preset}`, {steps} steps (the first excluded). "
+          f"preset `{args.preset}`, {steps} steps (the first excluded), workload seed {args.seeds[0]}. "
           f"`cut`: the share of the distance from `off`'s rollout/floor to 1.0 that the variant removes "
           f"(the issue asks for at least a third, with no throughput loss). Contention: a trajectory's "
           f"time in requests over the same turns alone on an idle worker. `carry-over`'s rollout/floor has "
@@ -184,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
              f"tokens by how many policy versions they are behind the one the step trains; tokens generated "
              f"and never trained (cut turns, generated again).\n\n"
              + md_table(["pool", "variant", "carried in (measured steps)", "tokens by versions behind",
-                         "generated, never trained"], costs) if costs else ""))
+                         "generated, never trained"], costs) if costs else "")
+          + over_seeds)
     write(name, {"preset": args.preset, "batch": batch, "steps": steps, "pools": pools, "systems": SYSTEMS,
-                 "cells": cells}, md)
+                 "seeds": list(args.seeds), "cells": cells, "over_seeds": means}, md)
     return 0

@@ -285,6 +285,10 @@ class PrefixMap:
                      self._free, self._counts, key, slot, self.limit):
             self._counted.add(slot)
 
+    def count(self, slot: int) -> int:
+        """Blocks ``slot`` holds (0 for one never added any)."""
+        return int(self._counts[slot]) if 0 <= slot < len(self._counts) else 0
+
     def counts(self) -> dict[int, int]:
         """Blocks each slot holds, for every slot that was ever added some."""
         return {s: int(self._counts[s]) for s in sorted(self._counted)}

@@ -175,9 +175,9 @@ class Selector:
     def _options(self, workers: list[WorkerRecord], loads: Mapping[int, WorkerLoad],
                  key: tuple[int, ...]) -> list[Option]:
         matched = self.matched_tokens(key, [w.slot for w in workers]) if key else {}
-        tree, assigned = self._blocks.counts(), self._assigned
+        blocks, assigned = self._blocks, self._assigned
         return [Option(w.slot, loads.get(w.slot, IDLE), matched.get(w.slot, 0), assigned.get(w.slot, -1),
-                       tree.get(w.slot, 0)) for w in workers]
+                       blocks.count(w.slot)) for w in workers]
 
     def remember(self, target: Target, key: tuple[int, ...], trajectory: str | None = None) -> None:
         slot = target.prefix_holder.slot

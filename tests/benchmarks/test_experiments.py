@@ -139,6 +139,51 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     assert sorted(j.name for j in some) == sorted(n for n in by_name if n.endswith(("-s2", "-carry-over")))
     with pytest.raises(SystemExit):
         runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carryover"])
+    # More workload draws: each cell once per seed, seed 0 under its old name.
+    [(_, _, drawn)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "isolation", "--seeds", "0,2"])
+    seeds = {j.name: j.config.seed for j in drawn}
+    assert seeds["pearl-g8-colocated-b32-s2-isolation"] == 0 and seeds["pearl-g8-colocated-b32-s2-isolation-seed2"] == 2
+    assert len(drawn) == len(stragglers.SYSTEMS) * 2 * 2 * 2
+    assert replace(by_name["pearl-g8-colocated-b32-s2"], seed=2) == \
+        {j.name: j.config for j in drawn}["pearl-g8-colocated-b32-s2-seed2"]
+    for bad in ("1,x", "-1", ""):
+        with pytest.raises(SystemExit):
+            runner.plan_jobs(stragglers.main, ["--quick", "--seeds", bad])
+
+
+def test_the_stragglers_table_takes_the_cut_from_the_means_over_seeds(tmp_path, monkeypatch):
+    """The committed seed-0 runs stand in for a second draw: the means equal seed 0's, and
+    a third draw of different runs moves them."""
+    from benchmarks.experiments import stragglers
+
+    runs = runner.RESULTS / "stragglers" / "runs"
+
+    def committed(name, jobs, parallel):
+        out = {}
+        for j in jobs:
+            stem = j.name.removesuffix(f"-seed{j.config.seed}")
+            # Seed 2's isolation runs are the `both` runs, so its means differ.
+            if j.config.seed == 2 and stem.endswith("-isolation"):
+                stem = stem.removesuffix("-isolation") + "-both"
+            out[j.name] = json.loads((runs / f"{stem}.json").read_text())
+        return out
+
+    monkeypatch.setattr(stragglers, "run_jobs", committed)
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert stragglers.main(["--variants", "isolation", "--seeds", "0,1,2"]) == 0
+    summary = json.loads((tmp_path / "stragglers" / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1, 2] and len(summary["over_seeds"]) == len(summary["cells"]) == 8
+    for cell, m in zip(summary["cells"], summary["over_seeds"]):
+        assert (cell["system"], cell["gpus"], cell["variant"]) == (m["system"], m["gpus"], m["variant"])
+        x = m["rollout_over_floor"]
+        assert x[0] == x[1] == cell["rollout_over_floor"] and m["mean_rollout_over_floor"] == pytest.approx(sum(x) / 3)
+        off = next(o for o in summary["over_seeds"] if (o["system"], o["gpus"], o["variant"])
+                   == (m["system"], m["gpus"], "off"))
+        assert m["cut_of_distance_to_1"] == pytest.approx(
+            (off["mean_rollout_over_floor"] - m["mean_rollout_over_floor"]) / (off["mean_rollout_over_floor"] - 1))
+        assert m["tok_s_vs_off"] == pytest.approx(m["mean_tok_s"] / off["mean_tok_s"])
+    assert any(m["rollout_over_floor"][2] != m["rollout_over_floor"][0] for m in summary["over_seeds"])
+    assert "Over the workload draws (seeds 0 / 1 / 2" in (tmp_path / "stragglers" / "stragglers.md").read_text()
 
 
 def test_carry_cost_counts_stale_and_thrown_away_tokens_and_busy_share_the_pool_at_work():

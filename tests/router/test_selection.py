@@ -94,6 +94,7 @@ def test_remember_keeps_the_block_by_block_rule(limit, turns):
         sel.remember(_on(slot), key)
         assert list(sel._blocks.entries()) == [(h & MASK, frozenset(o), list(o)[-1]) for h, o in blocks.items()]
         assert sel._blocks.counts() == dict(sorted(tree.items()))
+        assert all(sel._blocks.count(s) == tree.get(s, 0) for s in range(-1, 140))
 
 
 def test_a_full_map_of_long_keys_keeps_the_rule():
