@@ -36,7 +36,8 @@ def test_main_job_runs_and_cleans_up(tmp_path, system):
     assert (run / "throughput.png").stat().st_size > 10_000
     roles = summary["roles"]
     if system == "pearl":
-        assert any(r.get("oC", 0) + r.get("oP", 0) + r.get("oD", 0) for r in roles), "never borrowed"
+        assert any(r.get("oC", 0) + r.get("oP", 0) + r.get("oD", 0) for r in roles), \
+            "never borrowed:\n" + done.stdout[-3000:]
     else:
         assert all(not r.get("oC") for r in roles) and max(r.get("C", 0) for r in roles) == 2
     time.sleep(0.5)
