@@ -18,7 +18,7 @@ from aiohttp import web
 from pearl_sglang.clock import Clock, LoopClock
 from pearl_sglang.core.placement import CostRates
 from pearl_sglang.core.straggler_isolation import IsolationConfig
-from pearl_sglang.router import admin_routes, block_keys, inference_routes, prefix_map
+from pearl_sglang.router import admin_routes, block_keys, encoded_ids, inference_routes, prefix_map
 from pearl_sglang.router.activity import WorkerActivity
 from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.client_watch import ClientWatch
@@ -178,6 +178,7 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         block_keys.warm()
+        encoded_ids.warm()
         prefix_map.warm()
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         st.session = aiohttp.ClientSession(connector=connector)

@@ -93,7 +93,7 @@ def _start(h: int) -> np.ndarray:
 
 def of_text(text: bytes, commas: np.ndarray, block: int, h: int = 0) -> tuple[int, ...]:
     """Keys of the full blocks of canonical id text (non-negative JSON integers of at most
-    19 digits, as ``encoded_ids.canonical_ints`` accepts) whose commas are at ``commas``,
+    19 digits, as ``encoded_ids.canonical_ids`` accepts) whose commas are at ``commas``,
     continuing from key ``h`` (0: from the start)."""
     return tuple(_text_keys(np.frombuffer(text, dtype=np.uint8), commas, _start(h), block, _PLACE).tolist())
 

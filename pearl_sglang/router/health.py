@@ -70,6 +70,8 @@ class CircuitBreakers:
         self._open_until.pop(slot, None)
 
     def open_slots(self, now: float | None = None) -> set[int]:
+        if not self._open_until:  # every request asks; almost always nothing is open
+            return set()
         now = self.clock.now() if now is None else now
         return {slot for slot, until in self._open_until.items() if until > now}
 

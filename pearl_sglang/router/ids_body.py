@@ -6,9 +6,9 @@ Decoding them into Python ints, checking each one's type and sign, and encoding 
 again for the worker cost more than all the rest of a request. Here the array is cut out
 of the raw bytes: when its text holds only digits, commas and whitespace, every element
 is a non-negative integer by construction (no bools, floats, strings or nesting), so one
-C-level ``translate`` replaces the per-element checks, and numpy over the comma
-positions refuses what a JSON decoder would (empty elements, leading zeros, numbers too
-long for 64 bits). The ids stay text (``EncodedIds``); only the rest of the body, now
+compiled pass over the text (``encoded_ids.canonical_ids``) replaces the per-element
+checks, drops the whitespace, finds the commas and refuses what a JSON decoder would
+(empty elements, leading zeros, numbers too long for 64 bits). The ids stay text (``EncodedIds``); only the rest of the body, now
 small, is decoded. Whatever does not fit this shape (batches, text prompts, a second
 ``input_ids`` anywhere, odd formatting) returns None and takes the general path, which
 gives the same answers and errors as before.
@@ -21,11 +21,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pearl_sglang import fastjson
-from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ints, comma_positions
+from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ids
 
 _KEY = b'"input_ids"'
 _WHITESPACE = b" \t\r\n"
-_DIGITS_COMMAS = b"0123456789,"
 # Stands in for the array while the rest of the body is decoded: a string no client
 # can send as a flat int array, and that proves the cut-out array was the top-level key.
 _SENTINEL = "\x00pearl-input-ids"
@@ -52,17 +51,10 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds] | None:
     end = raw.find(b"]", i)
     if end < 0:
         return None
-    inner = raw[i + 1:end]
-    others = inner.translate(None, _DIGITS_COMMAS)
-    if others:  # whitespace may be there too, nothing else
-        if others.translate(None, _WHITESPACE):
-            return None
-        inner = inner.translate(None, _WHITESPACE)
-    text = inner
-    commas = comma_positions(text)
-    if not canonical_ints(text, commas):
-        return None  # ",,", a trailing comma, a leading zero, or too long for 64 bits
-    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(text, commas)
+    canonical = canonical_ids(raw[i + 1:end])
+    if canonical is None:
+        return None  # ",,", a trailing comma, a leading zero, too long for 64 bits, not an id
+    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(*canonical)
 
 
 def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> dict[str, Any] | None:

@@ -115,11 +115,14 @@ async def _read_raw(request: web.Request) -> bytes:
     ctype = request.headers.get("Content-Type", "application/json")
     if "json" not in ctype:
         raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
-    timeout_s = request.app[ROUTER].config.connections.body_timeout_s
-    try:
-        raw = await asyncio.wait_for(request.read(), timeout_s)
-    except asyncio.TimeoutError:
-        raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
+    if request.content.is_eof():  # all of it arrived with the head: nothing to wait for
+        raw = await request.read()
+    else:
+        timeout_s = request.app[ROUTER].config.connections.body_timeout_s
+        try:
+            raw = await asyncio.wait_for(request.read(), timeout_s)
+        except asyncio.TimeoutError:
+            raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
     return raw

@@ -80,6 +80,8 @@ def _own_prefill(request: Request, chosen: Option) -> int:
 def prefix_key(input_ids: Sequence[int] | None, text: str | None) -> tuple[int, ...]:
     """Chained keys of the prompt's full blocks; equal prefixes share leading keys."""
     if isinstance(input_ids, EncodedIds):
+        if len(input_ids) < TOKEN_BLOCK:
+            return ()
         if input_ids.array is not None:
             return block_keys.of_ids(input_ids.array, TOKEN_BLOCK)
         return block_keys.of_text(input_ids.text, input_ids.commas, TOKEN_BLOCK)

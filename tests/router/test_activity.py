@@ -75,7 +75,10 @@ async def test_router_telemetry_sees_the_batch_a_turn_decoded_in():
     """Four turns sent together to one emulated worker decode side by side; one sent alone
     decodes alone. The samples carry that batch (not the count when each was sent: the
     first of the four saw none in flight) and its context tokens."""
-    async with emulators(1, "--time-scale", "20") as workers:
+    # At 5x a decode iteration lasts 0.4 ms of real time: at 20x (0.1 ms) a slower host's
+    # worker ran the whole decode before it sent the first chunk, so that chunk carried
+    # every token and the turn had no decode window to sample (2 samples of 4).
+    async with emulators(1, "--time-scale", "5") as workers:
         async with httpx.AsyncClient(timeout=60) as c:
             async with running_router(regular=[u for u, _ in workers]) as (url, app, _):
                 async def turn(prompt_id: int) -> None:

@@ -15,7 +15,7 @@ from pearl_sglang import fastjson
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.connections import start_site
-from pearl_sglang.router.encoded_ids import MAX_DIGITS, EncodedIds, canonical_ints, comma_positions
+from pearl_sglang.router.encoded_ids import MAX_DIGITS, EncodedIds, canonical_ids, comma_positions
 from pearl_sglang.router.selection import TOKEN_BLOCK, context_tokens, extend_prefix_key, prefix_key
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.server.compose import build_app
@@ -32,14 +32,22 @@ def _decodes(text: bytes) -> bool:
         ids = orjson.loads(b"[" + text + b"]")
     except ValueError:
         return False
-    return bool(ids) and all(type(i) is int and i < 10 ** MAX_DIGITS for i in ids)
+    return bool(ids) and all(type(i) is int and 0 <= i < 10 ** MAX_DIGITS for i in ids)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(alphabet="0123456789,", max_size=60))
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(alphabet="0123456789,", max_size=60), st.text(alphabet="0123456789, \t\n\r-.e", max_size=16),
+                 st.lists(st.integers(0, 2**64 + 5), min_size=1, max_size=40).map(lambda ids: ",".join(map(str, ids)))))
 def test_validation_from_text_agrees_with_a_json_decoder(text):
+    """Taken exactly when a JSON decoder reads the ids; the canonical text is the ids as
+    JSON writes them, without whitespace, with its commas where they are."""
     raw = text.encode()
-    assert canonical_ints(raw, comma_positions(raw)) == _decodes(raw)
+    canonical = canonical_ids(raw)
+    assert (canonical is not None) == _decodes(raw)
+    if canonical is not None:
+        compact, commas = canonical
+        assert compact == fastjson.dumps(orjson.loads(b"[" + raw + b"]"))[1:-1]
+        assert commas.tolist() == comma_positions(compact).tolist()
 
 
 @settings(max_examples=80, deadline=None)
@@ -114,7 +122,7 @@ async def test_a_long_prompt_reaches_the_worker_without_being_decoded():
 def test_ids_written_from_an_array_are_the_checked_text(ids):
     array = np.array(ids, dtype=np.uint64)
     enc = EncodedIds.of_array(array)
-    assert enc.text == fastjson.dumps(ids)[1:-1] and canonical_ints(enc.text, enc.commas)
+    assert enc.text == fastjson.dumps(ids)[1:-1] and canonical_ids(enc.text) is not None
     assert enc == ids and len(enc) == len(ids)
     copy = enc.as_uint64()
     assert copy.tolist() == ids
