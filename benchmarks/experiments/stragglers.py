@@ -15,6 +15,8 @@ Variants (each on both systems):
   1, others 0) with workers launched with ``--enable-priority-scheduling``;
 * ``isolation``: ``--straggler-isolation`` (the tail's stragglers placed on the least
   contended workers, other turns kept off theirs);
+* ``isolation-borrowed``: the same with ``--straggler-isolation-scope borrowed``: only
+  while borrowed training GPUs serve rollout (in the fixed pool, never);
 * ``both``: stragglers first, priority and isolation together;
 * ``carry-over``: no router mechanism; the driver's partial-rollout carry-over
   (``DriverConfig.carry_over_share`` = ``CARRY_OVER_SHARE``): each rollout ends once that
@@ -54,6 +56,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "off": {},
     "priority": {"router": {"straggler_priority": True}, "engine_args": PRIORITY_ARGS},
     "isolation": {"router": {"straggler_isolation": True}},
+    "isolation-borrowed": {"router": {"straggler_isolation": True, "straggler_isolation_scope": "borrowed"}},
     "both": {"router": {"straggler_priority": True, "straggler_isolation": True}, "engine_args": PRIORITY_ARGS},
     "carry-over": {"carry_over_share": CARRY_OVER_SHARE},
 }

@@ -33,7 +33,7 @@ from pearl_sglang.router.metrics import RouterMetrics
 from pearl_sglang.router.middleware import auth_middleware, errors_middleware
 from pearl_sglang.router.selection import DEFAULT_RATES, Selector
 from pearl_sglang.router.state import ROUTER, RouterState
-from pearl_sglang.router.stragglers import isolation_for, no_isolation
+from pearl_sglang.router.stragglers import borrowed_serving, isolation_for, no_isolation
 from pearl_sglang.router.telemetry import TelemetryCollector, TurnObservation, full_sequence_key
 from pearl_sglang.router.utilization import Utilization
 from pearl_sglang.state_store import StateStore
@@ -193,7 +193,9 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
             isolation=(isolation_for(st.telemetry, share=config.straggler_share,
                                      config=IsolationConfig(tail_share=config.straggler_tail_share,
                                                            weight=config.straggler_isolation_weight,
-                                                           home_margin=config.straggler_home_margin))
+                                                           home_margin=config.straggler_home_margin),
+                                     when=(borrowed_serving(lambda: store.table)
+                                           if config.straggler_isolation_scope == "borrowed" else None))
                        if config.straggler_isolation else no_isolation))
         probe = asyncio.ensure_future(probe_loop(st.session, store, st.breakers, config.health_interval_s,
                                                  timeout_s=min(20.0, config.timeouts.chunk_s), clock=clock))

@@ -16,6 +16,7 @@ from pearl_sglang.router.stall import DEFAULT_STALL_S
 from pearl_sglang.workers.client import Timeouts
 
 POLICIES = ("static", "pearl")
+ISOLATION_SCOPES = ("always", "borrowed")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ class RouterConfig:
     # stragglers' turns on the least contended workers and keep other turns off theirs
     # (core.straggler_isolation, where the defaults are justified). Off by default.
     straggler_isolation: bool = False
+    # "always", or "borrowed": only while training GPUs lent to rollout serve, the capacity
+    # that arrives for the tail (measured, isolation in a pool that stays busy costs
+    # throughput: benchmarks/README.md, stragglers).
+    straggler_isolation_scope: str = "always"
     straggler_tail_share: float = IsolationConfig.tail_share
     # A straggler's second of delay over another request's own (the isolation cost term).
     straggler_isolation_weight: float = IsolationConfig.weight
@@ -107,6 +112,9 @@ class RouterConfig:
             raise ValueError("--load-poll-interval-s must be >= 0")
         if not 0 < self.straggler_share <= 1:
             raise ValueError("--straggler-share must be in (0, 1]")
+        if self.straggler_isolation_scope not in ISOLATION_SCOPES:
+            raise ValueError(f"--straggler-isolation-scope must be one of {ISOLATION_SCOPES}, "
+                             f"got {self.straggler_isolation_scope!r}")
         if not 0 <= self.straggler_tail_share < 1:
             raise ValueError("--straggler-tail-share must be in [0, 1)")
         if not self.straggler_isolation_weight >= 0:
@@ -190,6 +198,9 @@ class RouterConfig:
         parser.add_argument("--straggler-isolation", action="store_true",
                             help="in the step's tail, place predicted stragglers' turns on the least "
                                  "contended workers and keep other turns off theirs")
+        parser.add_argument("--straggler-isolation-scope", choices=ISOLATION_SCOPES, default="always",
+                            help="borrowed: isolate only while training GPUs lent to rollout serve "
+                                 "(in a pool that stays busy isolation costs throughput)")
         parser.add_argument("--straggler-tail-share", type=float, default=IsolationConfig.tail_share,
                             help="share of the step's trajectories that must look finished before "
                                  "--straggler-isolation applies")
@@ -229,6 +240,7 @@ class RouterConfig:
             timeouts=Timeouts(chunk_s=args.stall_s if args.stall_s is not None else DEFAULT_STALL_S),
             straggler_share=args.straggler_share, straggler_priority=args.straggler_priority,
             straggler_isolation=args.straggler_isolation, straggler_tail_share=args.straggler_tail_share,
+            straggler_isolation_scope=args.straggler_isolation_scope,
             straggler_isolation_weight=args.straggler_isolation_weight,
             straggler_home_margin=args.straggler_home_margin,
         )

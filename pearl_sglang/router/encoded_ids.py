@@ -68,8 +68,9 @@ def canonical_ids(text: bytes) -> tuple[bytes, np.ndarray] | None:
     non-empty list of JSON integers of at most MAX_DIGITS digits, else None: only digits,
     commas and whitespace between them, no empty element (``1,,2``, a leading or trailing
     comma) and no leading zero (``01``), as a JSON decoder would require. One compiled
-    pass: numpy's checks over the comma positions and a ``translate`` for the whitespace
-    took 56 us for 24 ids (a fixed cost per call) and 813 us for 32,768, this 12 and ~200."""
+    pass: with numpy's checks over the comma positions (a fixed cost per call) and a
+    ``translate`` for the whitespace, a body of 24 ids took 56 us to parse and one of
+    32,768 took 813 us; with this pass, 12 and 411 (JSON's default separators)."""
     compact, commas, ok = _canonical(np.frombuffer(text, dtype=np.uint8))
     if not ok:
         return None

@@ -4,12 +4,14 @@
 ``--straggler-tail-share`` of the step's trajectories look finished (telemetry's
 liveness), a straggler's turn leaves its worker for a clearly less contended one and the
 other turns pay for sharing a worker with stragglers (``core.straggler_isolation``). Before the tail,
-or for a request that names no trajectory, placement is the routing policy's own.
+or for a request that names no trajectory, placement is the routing policy's own; with
+``--straggler-isolation-scope borrowed`` also while no lent training GPU serves rollout.
 """
 from __future__ import annotations
 
 from typing import Callable
 
+from pearl_sglang.core.state import StateTable, Zone
 from pearl_sglang.core.straggler_isolation import Isolation, IsolationConfig
 from pearl_sglang.router.telemetry import TelemetryCollector
 
@@ -20,11 +22,26 @@ def no_isolation(trajectory: str | None, now: float) -> None:
     return None
 
 
-def isolation_for(telemetry: TelemetryCollector, *, share: float, config: IsolationConfig) -> IsolationFor:
+def borrowed_serving(table: Callable[[], StateTable]) -> Callable[[], bool]:
+    """Whether a worker on training GPUs lent to rollout (zone OVERLAP) serves now: the
+    capacity that arrives for the step's tail. Read once per table (tables are immutable)."""
+    seen: list = [None, False]
+
+    def serving() -> bool:
+        t = table()
+        if t is not seen[0]:
+            seen[0], seen[1] = t, any(w.zone is Zone.OVERLAP for w in t.active())
+        return seen[1]
+    return serving
+
+
+def isolation_for(telemetry: TelemetryCollector, *, share: float, config: IsolationConfig,
+                  when: Callable[[], bool] | None = None) -> IsolationFor:
+    """``when``: isolate only while it holds (``borrowed_serving``); None: always."""
     config.validate()
 
     def isolation(trajectory: str | None, now: float) -> Isolation | None:
-        if trajectory is None:
+        if trajectory is None or (when is not None and not when()):
             return None
         view = telemetry.tail(now, share=share)
         if view.finished_share < config.tail_share or not view.stragglers:

@@ -77,3 +77,56 @@ def test_a_finished_trajectory_is_not_a_straggler_and_the_tail_names_where_they_
     assert view.stragglers == frozenset({"slow"})  # "short" expects 8 more turns but is done
     assert view.stragglers_on == {2: 1} and view.finished_share == pytest.approx(0.25)
     assert col.is_straggler("slow", now, share=0.3) and not col.is_straggler("short", now, share=0.3)
+
+
+def _table(lent: bool):
+    from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
+    return StateTable.create(
+        tp_size=1, dedicated_gpus=["g0"], overlap_gpus=["g1"],
+        overlap_owner=OverlapOwner.ROLLOUT if lent else OverlapOwner.TRAINING,
+        workers=[WorkerRecord(0, ("g0",), Zone.DEDICATED, Role.COLOCATED, Activity.ACTIVE),
+                 WorkerRecord(1, ("g1",), Zone.OVERLAP, Role.COLOCATED,
+                              Activity.ACTIVE if lent else Activity.INACTIVE)])
+
+
+def test_isolation_scoped_to_borrowed_gpus_applies_only_while_they_serve():
+    """``--straggler-isolation-scope borrowed``: the tail's isolation holds while a worker on
+    lent training GPUs serves rollout, and placement is the policy's own otherwise."""
+    from pearl_sglang.core.straggler_isolation import IsolationConfig
+    from pearl_sglang.router.stragglers import borrowed_serving, isolation_for
+
+    col = TelemetryCollector(idle_s=30.0)
+    for k in range(10):  # the last step: ten turns
+        _turn(col, "old", 10.0 * k, 10.0 * k + 5, 0, k)
+    col.drain()
+    _turn(col, "done", 0, 5, 0, 0)  # never came back: the tail has begun
+    _turn(col, "slow", 0, 5, 1, 0)
+    col.turn_began("slow", 90)
+    tables = {"now": _table(lent=False)}
+    config = IsolationConfig(tail_share=0.2)
+    scoped = isolation_for(col, share=0.5, config=config, when=borrowed_serving(lambda: tables["now"]))
+    always = isolation_for(col, share=0.5, config=config)
+    assert always("slow", 100.0).straggler
+    assert scoped("slow", 100.0) is None  # the training GPUs are training
+    tables["now"] = _table(lent=True)
+    assert scoped("slow", 100.0) == always("slow", 100.0)
+    assert scoped("slow", 100.0).straggler and scoped(None, 100.0) is None
+    tables["now"] = _table(lent=False)  # handed back: placement is the policy's own again
+    assert scoped("slow", 100.0) is None
+
+
+def test_the_isolation_scope_is_a_flag_and_a_wrong_one_is_refused():
+    import argparse
+
+    from pearl_sglang.router.config import RouterConfig
+
+    parser = argparse.ArgumentParser()
+    RouterConfig.add_cli_args(parser)
+    config = RouterConfig.from_cli_args(parser.parse_args(
+        ["--straggler-isolation", "--straggler-isolation-scope", "borrowed"]))
+    assert config.straggler_isolation and config.straggler_isolation_scope == "borrowed"
+    assert RouterConfig.from_cli_args(parser.parse_args([])).straggler_isolation_scope == "always"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--straggler-isolation-scope", "sometimes"])
+    with pytest.raises(ValueError, match="straggler-isolation-scope"):
+        RouterConfig(straggler_isolation_scope="sometimes").validate()
