@@ -8,10 +8,10 @@ of the raw bytes: when its text holds only digits, commas and whitespace, every 
 is a non-negative integer by construction (no bools, floats, strings or nesting), so one
 compiled pass over the text (``encoded_ids.canonical_ids``) replaces the per-element
 checks, drops the whitespace, finds the commas and refuses what a JSON decoder would
-(empty elements, leading zeros, numbers too long for 64 bits). The ids stay text (``EncodedIds``); only the rest of the body, now
-small, is decoded. Whatever does not fit this shape (batches, text prompts, a second
-``input_ids`` anywhere, odd formatting) returns None and takes the general path, which
-gives the same answers and errors as before.
+(empty elements, leading zeros, numbers too long for 64 bits). The ids stay text
+(``EncodedIds``); only the rest of the body, now small, is decoded. Whatever does not
+fit this shape (batches, text prompts, a second ``input_ids`` anywhere, odd formatting)
+returns None and takes the general path, which gives the same answers and errors as before.
 
 The array's digits, without whitespace, are also the canonical text that prefix
 keying (``block_keys``) reads, so the router never re-encodes them.

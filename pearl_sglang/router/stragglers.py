@@ -25,13 +25,15 @@ def no_isolation(trajectory: str | None, now: float) -> None:
 def borrowed_serving(table: Callable[[], StateTable]) -> Callable[[], bool]:
     """Whether a worker on training GPUs lent to rollout (zone OVERLAP) serves now: the
     capacity that arrives for the step's tail. Read once per table (tables are immutable)."""
-    seen: list = [None, False]
+    last: StateTable | None = None
+    lent = False
 
     def serving() -> bool:
+        nonlocal last, lent
         t = table()
-        if t is not seen[0]:
-            seen[0], seen[1] = t, any(w.zone is Zone.OVERLAP for w in t.active())
-        return seen[1]
+        if t is not last:
+            last, lent = t, any(w.zone is Zone.OVERLAP for w in t.active())
+        return lent
     return serving
 
 
