@@ -42,6 +42,8 @@ class LaunchedWorker:
     bootstrap_port: int | None
 
 
+STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL for a worker that serves
+
 class Launcher(Protocol):
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker: ...
 
@@ -183,18 +185,20 @@ class LocalLauncher:
                                failed=lambda: start_failure(_read_from(log, since),
                                                             memory_saver=self.engine.memory_saver))
         except BaseException:
-            await self.stop(spec.slot)
+            # Nothing to drain: a worker that failed its start can hang in shutdown (SGLang
+            # after a failed bind waits ~10 s for its application to stop), so no grace.
+            await self.stop(spec.slot, grace_s=0.0)
             raise
         return LaunchedWorker(slot=spec.slot, endpoint=proc.url, bootstrap_port=bootstrap)
 
-    async def stop(self, slot: int) -> None:
+    async def stop(self, slot: int, grace_s: float = STOP_GRACE_S) -> None:
         self._ports.release(*self._slot_ports.pop(slot, ()))
         proc = self._procs.pop(slot, None)
         if proc is not None:
-            await asyncio.to_thread(proc.stop)
+            await asyncio.to_thread(proc.stop, grace_s)
         pid = self._adopted.pop(slot, None)
         if pid is not None:
-            await stop_group(pid)
+            await stop_group(pid, grace_s)
         self._on_change()
 
     async def stop_all(self) -> None:
@@ -213,7 +217,7 @@ def _read_from(path: Path, offset: int) -> str:
         return ""
 
 
-async def stop_group(pid: int, grace_s: float = 10.0) -> None:
+async def stop_group(pid: int, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM a process group, SIGKILL it if it is still there after ``grace_s``."""
     import signal
 

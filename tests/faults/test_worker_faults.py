@@ -37,11 +37,11 @@ async def test_worker_sigkilled_mid_stream_completes_elsewhere_token_exact(kind,
     timeout; the emulator case is the one CI runs on every change."""
     survivor, _ = worker_sets(kind)
     body = {**PROMPTS[prompt], "sampling_params": {"temperature": 0, "max_new_tokens": 600, "ignore_eos": True}}
-    async with httpx.AsyncClient(timeout=120) as c:
-        expected = (await c.post(survivor.url + "/generate", json=body)).json()
     launcher = WorkerLauncher(kind, tmp_path)
     victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
+        async with httpx.AsyncClient(timeout=120) as c:  # while the victim starts
+            expected = (await c.post(survivor.url + "/generate", json=body)).json()
         await asyncio.to_thread(wait_all_healthy, [victim], 240)
         # The victim is slot 0, so an idle router sends the first attempt there.
         async with running_router(regular=[victim.url, survivor.url],

@@ -139,10 +139,10 @@ async def test_killed_worker_request_completes_elsewhere_token_exact(real, tiny_
     launcher = WorkerLauncher("sglang", tmp_path)
     victim = launcher.start("victim", tiny_model_dir, Role.COLOCATED)
     try:
-        await asyncio.to_thread(wait_all_healthy, [victim], 240)
         body = {"input_ids": [17, 29, 31, 37, 41], "sampling_params": {
             "temperature": 0, "max_new_tokens": 600, "ignore_eos": True}}
-        reference = (await _post(worker.url + "/generate", body)).json()
+        reference = (await _post(worker.url + "/generate", body)).json()  # while the victim starts
+        await asyncio.to_thread(wait_all_healthy, [victim], 240)
         # The victim takes slot 0, so an idle router sends the request there first.
         async with running_router(regular=[victim.url, worker.url]) as (url, app, store):
             task = asyncio.ensure_future(_post(url + "/generate", body))
