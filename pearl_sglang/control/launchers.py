@@ -44,6 +44,7 @@ class LaunchedWorker:
 
 STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL for a worker that serves
 
+
 class Launcher(Protocol):
     async def launch(self, spec: LaunchSpec) -> LaunchedWorker: ...
 
