@@ -18,7 +18,8 @@ from typing import Callable, Protocol
 import aiohttp
 
 from pearl_sglang.control.cluster_config import EngineConfig, LauncherConfig
-from pearl_sglang.control.processes import PortPool, ServerProcess, ServerSpec, group_alive, kill_group
+from pearl_sglang.control.processes import (STOP_GRACE_S, PortPool, ServerProcess, ServerSpec, group_alive,
+                                           kill_group)
 from pearl_sglang.control.start_failures import EngineCannotStart, LaunchError, PortInUse, start_failure
 from pearl_sglang.core.state import Role
 from pearl_sglang.engine.launch_args import EngineArgs, server_args
@@ -40,9 +41,6 @@ class LaunchedWorker:
     slot: int
     endpoint: str
     bootstrap_port: int | None
-
-
-STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL for a worker that serves
 
 
 class Launcher(Protocol):

@@ -110,6 +110,9 @@ def group_alive(pid: int) -> bool:
         return False
 
 
+STOP_GRACE_S = 10.0  # SIGTERM to SIGKILL for a worker that serves
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     name: str
@@ -177,7 +180,7 @@ class ServerProcess:
                 pass
             self._proc.wait(10)
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
