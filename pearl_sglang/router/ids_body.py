@@ -57,10 +57,11 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds] | None:
     return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(*canonical)
 
 
-def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> dict[str, Any] | None:
+def parse_ids_body(raw: bytes, *, too_deep: Callable[[bytes, object], bool]) -> dict[str, Any] | None:
     """The decoded body, its ``input_ids`` the validated row (``EncodedIds``), or None
-    (take the general path). ``too_deep`` runs on the body before the ids go back in
-    (they are flat): None if it says so, and the general path refuses the body."""
+    (take the general path). ``too_deep(text, body)`` runs on the body without the ids
+    (they are flat) and the text it was decoded from: None if it says so, and the
+    general path refuses the body."""
     split = split_ids(raw)
     if split is None:
         return None
@@ -69,7 +70,7 @@ def parse_ids_body(raw: bytes, *, too_deep: Callable[[object], bool]) -> dict[st
         body = fastjson.loads(rest)
     except ValueError:
         return None  # the general path decodes the original and names the error
-    if not isinstance(body, dict) or body.get("input_ids") != _SENTINEL or too_deep(body):
+    if not isinstance(body, dict) or body.get("input_ids") != _SENTINEL or too_deep(rest, body):
         return None
     body["input_ids"] = ids
     return body

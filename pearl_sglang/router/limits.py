@@ -39,6 +39,13 @@ class Limits:
         return cls(**{f.name: getattr(args, f"limit_{f.name}") for f in fields(cls)})
 
 
+def decoded_too_deep(raw: bytes, value: object, limit: int) -> bool:
+    """``json_depth_exceeds(value, limit)`` for ``value`` decoded from ``raw``. Every level
+    opens with a bracket of its own, so a text with at most ``limit`` of them (any
+    ordinary request) is answered by counting bytes, without walking the value."""
+    return raw.count(b"[") + raw.count(b"{") > limit and json_depth_exceeds(value, limit)
+
+
 def json_depth_exceeds(value: object, limit: int) -> bool:
     """Whether ``value`` (parsed JSON) nests deeper than ``limit``; iterative, and a list of
     scalars (a long ``input_ids``) is skipped at C speed."""

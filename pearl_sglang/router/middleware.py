@@ -18,7 +18,7 @@ from aiohttp import web
 from pearl_sglang import fastjson
 from pearl_sglang.router.answers import answer_for
 from pearl_sglang.router.errors import RouterError, Unauthorized
-from pearl_sglang.router.limits import json_depth_exceeds
+from pearl_sglang.router.limits import decoded_too_deep
 from pearl_sglang.workers.errors import WorkerError
 
 log = logging.getLogger("pearl.router")
@@ -102,7 +102,7 @@ async def read_generate_json(request: web.Request) -> tuple[object, bool]:
 
     raw = await _read_raw(request)
     limit = request.app[ROUTER].config.limits.max_json_depth
-    fast = parse_ids_body(raw, too_deep=lambda body: json_depth_exceeds(body, limit))
+    fast = parse_ids_body(raw, too_deep=lambda text, body: decoded_too_deep(text, body, limit))
     if fast is not None:
         return fast, True
     return _decode(request, raw), False
@@ -138,6 +138,6 @@ def _decode(request: web.Request, raw: bytes) -> object:
         kind = "limit_max_json_depth" if "depth" in str(e) else "invalid_json"
         raise BadRequest(f"malformed JSON: {e}", kind=kind) from e
     limit = request.app[ROUTER].config.limits.max_json_depth
-    if json_depth_exceeds(body, limit):
+    if decoded_too_deep(raw, body, limit):
         raise BadRequest(f"the JSON body nests deeper than max_json_depth={limit}", kind="limit_max_json_depth")
     return body

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import logging
 import signal
 import sys
@@ -92,9 +93,27 @@ def _loop_factory():
     return uvloop.new_event_loop
 
 
+# Python's collector, as configured by default, runs a young collection every 700 net
+# allocations and now and then walks every object the process holds; the router starts
+# with ~110,000 long-lived ones (aiohttp, numpy, numba, prometheus_client) and allocates
+# hundreds per request, nearly all freed by reference counting. Measured on tiny requests
+# (~20,000): 0.64-0.97 CPU-s in the collector, 6-10% of the router's CPU; with the
+# start-up objects frozen and these thresholds, 0.04 s (7 young collections).
+GC_THRESHOLDS = (20_000, 10, 10)
+
+
+def settle_heap() -> None:
+    """Once the router is up: keep the collector off what start-up built (it lives as long
+    as the process) and collect young objects less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def _serve(app: web.Application, host: str, port: int) -> None:
     """Like ``web.run_app``, through the connection guard; SIGINT/SIGTERM stop it cleanly."""
     runner, _ = await start_site(app, app[ROUTER].connections, host, port)
+    settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,6 +2,7 @@
 and refuse exactly what the general path does, and hash prompts to the same blocks."""
 from __future__ import annotations
 
+import json
 import random
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from pearl_sglang.router.ids_body import parse_ids_body
+from pearl_sglang.router.limits import decoded_too_deep, json_depth_exceeds
 from pearl_sglang.router.encoded_ids import EncodedIds
 from pearl_sglang.router.selection import TOKEN_BLOCK, extend_prefix_key, prefix_key
 from tests.router.conftest import running_router
@@ -20,7 +22,7 @@ DEAD_WORKER = "http://127.0.0.1:9"
 
 
 def _fast(raw: bytes):
-    return parse_ids_body(raw, too_deep=lambda body: False)
+    return parse_ids_body(raw, too_deep=lambda text, body: False)
 
 
 @pytest.mark.parametrize("raw,ids,text", [
@@ -48,7 +50,7 @@ def test_anything_else_takes_the_general_path(raw):
 
 def test_a_body_too_deep_takes_the_general_path():
     raw = b'{"input_ids": [1, 2], "x": [[[[1]]]]}'
-    assert parse_ids_body(raw, too_deep=lambda body: True) is None
+    assert parse_ids_body(raw, too_deep=lambda text, body: True) is None
 
 
 @pytest.mark.parametrize("content,fragment", [
@@ -104,3 +106,14 @@ def test_block_hashes_keep_prefix_affinity(ids, cut, other):
     assert k2[:same] == key[:same]
     if changed != ids:
         assert k2[same:] != key[same:] or same >= len(key)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.text(alphabet="[]{}\"x", max_size=4),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+                     max_leaves=30)
+
+
+@given(value=_json, limit=st.integers(1, 8))
+def test_counting_brackets_answers_as_walking_the_value(value, limit):
+    raw = json.dumps(value).encode()
+    assert decoded_too_deep(raw, value, limit) == json_depth_exceeds(value, limit)
