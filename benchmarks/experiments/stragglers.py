@@ -60,6 +60,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "both": {"router": {"straggler_priority": True, "straggler_isolation": True}, "engine_args": PRIORITY_ARGS},
     "carry-over": {"carry_over_share": CARRY_OVER_SHARE},
 }
+# Isolation with more trajectories called stragglers and a looser home margin: run only when
+# named (``--variants``); measured, they do not beat the defaults (benchmarks/README.md).
+SWEEP_VARIANTS: dict[str, dict[str, Any]] = {
+    "isolation-share25": {"router": {"straggler_isolation": True, "straggler_share": 0.25}},
+    "isolation-margin06": {"router": {"straggler_isolation": True, "straggler_home_margin": 0.6}},
+    "isolation-share25-margin06": {"router": {"straggler_isolation": True, "straggler_share": 0.25,
+                                              "straggler_home_margin": 0.6}},
+}
 
 
 def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0],
@@ -67,7 +75,7 @@ def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system:
     """``seed``: the workload's draw (other trajectories from the same distributions)."""
     base = fixed.job(gpus=gpus, pd_mode="colocated", batch=batch, steps=steps, preset=preset, system=system)
     name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
-    return Job(name, replace(base.config, seed=seed, **VARIANTS[variant]))
+    return Job(name, replace(base.config, seed=seed, **{**VARIANTS, **SWEEP_VARIANTS}[variant]))
 
 
 def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -144,13 +152,14 @@ def _seeds(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = arg_parser(NAME, __doc__)
     parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated, `off` always included (default: all of {', '.join(VARIANTS)})")
+                        help=f"comma-separated, `off` always included (default: all of {', '.join(VARIANTS)}; "
+                             f"also {', '.join(SWEEP_VARIANTS)})")
     parser.add_argument("--seeds", type=_seeds, default=(0,),
                         help="comma-separated workload draws, each cell run once per draw and the cut taken "
                              "from the means (default 0; the first draw's runs give the detailed table)")
     args = parser.parse_args(argv)
-    variants = ["off"] + [v for v in VARIANTS if v != "off" and v in args.variants.split(",")]
-    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    variants = ["off"] + [v for v in (*VARIANTS, *SWEEP_VARIANTS) if v != "off" and v in args.variants.split(",")]
+    unknown = set(args.variants.split(",")) - set(VARIANTS) - set(SWEEP_VARIANTS)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))

@@ -139,6 +139,12 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     assert sorted(j.name for j in some) == sorted(n for n in by_name if n.endswith(("-s2", "-carry-over")))
     with pytest.raises(SystemExit):
         runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carryover"])
+    # The sweep's variants run only when named, with their options over the plain system's.
+    assert not set(stragglers.SWEEP_VARIANTS) & {n.rsplit("-s2-", 1)[-1] for n in by_name}
+    [(_, _, swept)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "isolation-share25-margin06"])
+    wide = {j.name: j.config for j in swept}["pearl-g8-colocated-b32-s2-isolation-share25-margin06"]
+    assert wide.router == {"straggler_isolation": True, "straggler_share": 0.25, "straggler_home_margin": 0.6}
+    assert replace(wide, router={}) == by_name["pearl-g8-colocated-b32-s2"]
     # More workload draws: each cell once per seed, seed 0 under its old name.
     [(_, _, drawn)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "isolation", "--seeds", "0,2"])
     seeds = {j.name: j.config.seed for j in drawn}
