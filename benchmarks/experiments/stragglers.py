@@ -48,6 +48,7 @@ NAME = "stragglers"
 # System -> what the table adds to the pool's name.
 SYSTEM_LABELS = {"pearl-no-borrow": "", "pearl": " + borrowing"}
 SYSTEMS = tuple(SYSTEM_LABELS)
+PD_MODES = ("colocated", "disaggregated")
 PRIORITY_ARGS = ("--enable-priority-scheduling",)
 # The share of each batch a carry-over step waits for: the examples' value (docs/adapter.md).
 CARRY_OVER_SHARE = 0.9
@@ -71,9 +72,11 @@ SWEEP_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0],
-        seed: int = 0) -> Job:
-    """``seed``: the workload's draw (other trajectories from the same distributions)."""
-    base = fixed.job(gpus=gpus, pd_mode="colocated", batch=batch, steps=steps, preset=preset, system=system)
+        seed: int = 0, pd_mode: str = "colocated") -> Job:
+    """``seed``: the workload's draw (other trajectories from the same distributions);
+    ``pd_mode``: ``colocated``, or ``disaggregated`` (prefill and decode workers, the
+    decision engine's ratio for the pool)."""
+    base = fixed.job(gpus=gpus, pd_mode=pd_mode, batch=batch, steps=steps, preset=preset, system=system)
     name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
     return Job(name, replace(base.config, seed=seed, **{**VARIANTS, **SWEEP_VARIANTS}[variant]))
 
@@ -154,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, `off` always included (default: all of {', '.join(VARIANTS)}; "
                              f"also {', '.join(SWEEP_VARIANTS)})")
+    parser.add_argument("--pd-mode", choices=PD_MODES, default=PD_MODES[0],
+                        help="the pools' PD mode (disaggregated: the decision engine's P:D ratio; results "
+                             "go to results/stragglers[-quick][-<preset>]-disaggregated/)")
     parser.add_argument("--seeds", type=_seeds, default=(0,),
                         help="comma-separated workload draws, each cell run once per draw and the cut taken "
                              "from the means (default 0; the first draw's runs give the detailed table)")
@@ -164,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
     name = results_name(NAME, quick=args.quick, preset=args.preset)
-    grid = {(system, g, v, seed): job(g, batch, v, steps=steps, preset=args.preset, system=system, seed=seed)
+    name += "" if args.pd_mode == PD_MODES[0] else f"-{args.pd_mode}"
+    grid = {(system, g, v, seed): job(g, batch, v, steps=steps, preset=args.preset, system=system, seed=seed,
+                                      pd_mode=args.pd_mode)
             for system, g, v, seed in itertools.product(SYSTEMS, pools, variants, args.seeds)}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows, cells, costs, means = [], [], [], []
@@ -216,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                                "-" if m["variant"] == "off" else f"{m['cut_of_distance_to_1']:+.0%}",
                                f"{m['mean_tok_s']:.0f}", "-" if m["variant"] == "off" else f"{m['tok_s_vs_off']:.3f}"]
                               for m in means]))
-    md = (f"# Stragglers first (ablation)\n\nColocated pools of reserved GPUs (TP2 workers): fixed "
+    pools_of = "Colocated pools" if args.pd_mode == "colocated" else "Disaggregated pools (the decision engine's P:D)"
+    md = (f"# Stragglers first (ablation)\n\n{pools_of} of reserved GPUs (TP2 workers): fixed "
           f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
           f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, "
           f"preset `{args.preset}`, {steps} steps (the first excluded), workload seed {args.seeds[0]}. "

@@ -139,6 +139,13 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     assert sorted(j.name for j in some) == sorted(n for n in by_name if n.endswith(("-s2", "-carry-over")))
     with pytest.raises(SystemExit):
         runner.plan_jobs(stragglers.main, ["--quick", "--variants", "carryover"])
+    # Disaggregated pools: the same grid, pinned to PD mode (the engine's ratio), results apart.
+    [(pd_name, _, pd_jobs)] = runner.plan_jobs(stragglers.main, ["--quick", "--pd-mode", "disaggregated"])
+    assert pd_name == "stragglers-quick-disaggregated" and len(pd_jobs) == len(jobs)
+    pd_off = {j.name: j.config for j in pd_jobs}["pearl-no-borrow-g8-disaggregated-b32-s2"]
+    assert pd_off.pd_mode == "disaggregated" and replace(pd_off, pd_mode="colocated") == off
+    with pytest.raises(SystemExit):
+        runner.plan_jobs(stragglers.main, ["--quick", "--pd-mode", "1:3"])
     # The sweep's variants run only when named, with their options over the plain system's.
     assert not set(stragglers.SWEEP_VARIANTS) & {n.rsplit("-s2-", 1)[-1] for n in by_name}
     [(_, _, swept)] = runner.plan_jobs(stragglers.main, ["--quick", "--variants", "isolation-share25-margin06"])
