@@ -72,6 +72,7 @@ SWEEP_VARIANTS: dict[str, dict[str, Any]] = {
     "isolation-share25-margin06": {"router": {"straggler_isolation": True, "straggler_share": 0.25,
                                               "straggler_home_margin": 0.6}},
 }
+ALL_VARIANTS = {**VARIANTS, **SWEEP_VARIANTS}
 
 
 def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0],
@@ -81,7 +82,7 @@ def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system:
     decision engine's ratio for the pool)."""
     base = fixed.job(gpus=gpus, pd_mode=pd_mode, batch=batch, steps=steps, preset=preset, system=system)
     name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
-    return Job(name, replace(base.config, seed=seed, **{**VARIANTS, **SWEEP_VARIANTS}[variant]))
+    return Job(name, replace(base.config, seed=seed, **ALL_VARIANTS[variant]))
 
 
 def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -167,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated workload draws, each cell run once per draw and the cut taken "
                              "from the means (default 0; the first draw's runs give the detailed table)")
     args = parser.parse_args(argv)
-    variants = ["off"] + [v for v in (*VARIANTS, *SWEEP_VARIANTS) if v != "off" and v in args.variants.split(",")]
-    unknown = set(args.variants.split(",")) - set(VARIANTS) - set(SWEEP_VARIANTS)
+    variants = ["off"] + [v for v in ALL_VARIANTS if v != "off" and v in args.variants.split(",")]
+    unknown = set(args.variants.split(",")) - set(ALL_VARIANTS)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                                "-" if m["variant"] == "off" else f"{m['cut_of_distance_to_1']:+.0%}",
                                f"{m['mean_tok_s']:.0f}", "-" if m["variant"] == "off" else f"{m['tok_s_vs_off']:.3f}"]
                               for m in means]))
-    pools_of = "Colocated pools" if args.pd_mode == "colocated" else "Disaggregated pools (the decision engine's P:D)"
+    pools_of = "Colocated pools" if args.pd_mode == PD_MODES[0] else "Disaggregated pools (the decision engine's P:D)"
     md = (f"# Stragglers first (ablation)\n\n{pools_of} of reserved GPUs (TP2 workers): fixed "
           f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
           f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, "
