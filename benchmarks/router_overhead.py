@@ -67,7 +67,8 @@ class Target:
     name: str
     urls: list[str]
     modes: tuple[str, ...] = MODES
-    pid: int | None = None      # the router's process (for its memory), None for direct
+    pid: int | None = None      # the router's process (for its memory and CPU), None for direct
+    workers: tuple[int, ...] = ()  # the worker processes behind it (for their CPU)
 
 
 def rss_mb(pid: int | None) -> float | None:
@@ -216,9 +217,12 @@ async def measure(targets: list[Target], args: argparse.Namespace
                         await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                           max_requests=conc, max_s=2, expect=expect,
                                           max_new=args.max_new_tokens)
+                        cpu0 = _cpu(t)
                         r = await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                               max_requests=max_req, max_s=max_s, expect=expect,
                                               max_new=args.max_new_tokens)
+                        if phase == "tp":
+                            r.update(_cpu_per_request(cpu0, _cpu(t), r["n"]))
                         r.update(repeat=rep, mode=mode, phase=phase, concurrency=conc, target=t.name)
                         rows.append(r)
                         print(f"  rep {rep} {mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
@@ -232,6 +236,24 @@ async def measure(targets: list[Target], args: argparse.Namespace
         if t.pid:
             memory[t.name]["rss_mb_at_end"] = rss_mb(t.pid)
     return rows, memory
+
+
+def _cpu(t: Target) -> tuple[float | None, float | None]:
+    """CPU seconds so far of the router and of its workers together (None: not known)."""
+    workers = [router_agentic.cpu_s(pid) for pid in t.workers]
+    return (router_agentic.cpu_s(t.pid),
+            sum(workers) if workers and None not in workers else None)
+
+
+def _cpu_per_request(before: tuple[float | None, float | None], after: tuple[float | None, float | None],
+                     n: int) -> dict[str, float]:
+    """Microseconds of CPU per request over a cell, for the router and for its workers:
+    on a saturated machine the throughput ratio is the inverse ratio of these sums."""
+    out = {}
+    for key, b, a in (("router_cpu_us", before[0], after[0]), ("workers_cpu_us", before[1], after[1])):
+        if b is not None and a is not None and n:
+            out[key] = (a - b) * 1e6 / n
+    return out
 
 
 # ---- summary ----------------------------------------------------------------------------
@@ -249,7 +271,8 @@ def summarize_runs(rows: list[dict[str, Any]], targets: list[Target]) -> dict[st
                 if not rs:
                     continue
                 cell = {k: _med([r[k] for r in rs if k in r])
-                        for k in ("rps", "p50_ms", "p99_ms", "mean_ms", "ttft_p50_ms", "chunks_mean")}
+                        for k in ("rps", "p50_ms", "p99_ms", "mean_ms", "ttft_p50_ms", "chunks_mean",
+                                  "router_cpu_us", "workers_cpu_us")}
                 cell["n_total"] = sum(r["n"] for r in rs)
                 cell["repeats"] = len(rs)
                 # Added latency vs direct: difference of percentiles, paired per repeat.
@@ -317,6 +340,17 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
                          f"| {r('lat_1', 'p50_ms')} | {r('lat_1', 'p99_ms')} | {r('tp', 'rps')} |")
     lines += ["", "added = router percentile minus direct percentile (difference of percentiles, "
               "median over repeats of the paired difference)."]
+    lines += ["", "CPU per request in the max-rps cells (user + system, from /proc, medians over repeats): "
+              "the machine is saturated there, so these sums set the throughput ratios.", "",
+              "| mode | target | router CPU us/req | workers CPU us/req | together |", "|---|---|---|---|---|"]
+    for mode in MODES:
+        for t in targets:
+            tp = cells.get(f"{mode}/tp/{t.name}")
+            if tp is None or "workers_cpu_us" not in tp:
+                continue
+            router, workers = tp.get("router_cpu_us"), tp["workers_cpu_us"]
+            lines.append(f"| {mode} | {t.name} | {f(router, '.0f')} | {f(workers, '.0f')} "
+                         f"| {f(workers + (router or 0.0), '.0f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -350,7 +384,8 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
                                             "--seed", "0"], port))
     wait_all_healthy(workers, timeout=60)
     urls = [w.url for w in workers]
-    targets = [Target("direct", urls)]
+    pids = tuple(w.pid for w in workers)
+    targets = [Target("direct", urls, workers=pids)]
     routers = []
 
     def pearl(name: str, interval: int | None, src: Path | None = None) -> ServerProcess:
@@ -364,11 +399,11 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
 
     p = pearl("pearl", None)
     routers.append(p)
-    targets.append(Target("pearl", [p.url], pid=p.pid))
+    targets.append(Target("pearl", [p.url], pid=p.pid, workers=pids))
     if args.baseline_src is not None:  # the same router from another checkout: before/after, one run
         b = pearl("pearl-baseline", None, args.baseline_src)
         routers.append(b)
-        targets.append(Target("pearl-baseline", [b.url], pid=b.pid))
+        targets.append(Target("pearl-baseline", [b.url], pid=b.pid, workers=pids))
     sgl = None
     if not args.no_sglang_router:
         try:
@@ -383,11 +418,11 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
                      "--prometheus-host", "127.0.0.1", "--log-level", "warn", "--worker-urls", *urls],
                     port, extra_env=dict(stack.env), health="/readiness")
         routers.append(sgl)
-        targets.append(Target("sglang-router", [sgl.url], pid=sgl.pid))
+        targets.append(Target("sglang-router", [sgl.url], pid=sgl.pid, workers=pids))
     if args.interval1:
         p1 = pearl("pearl-interval1", 1)
         routers.append(p1)
-        targets.append(Target("pearl-interval1", [p1.url], modes=("stream",), pid=p1.pid))
+        targets.append(Target("pearl-interval1", [p1.url], modes=("stream",), pid=p1.pid, workers=pids))
     wait_all_healthy(routers, timeout=120)
     if sgl is not None:
         _wait_sgl_workers(sgl.url, len(urls))
