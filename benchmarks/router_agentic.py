@@ -28,7 +28,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import aiohttp
 
@@ -58,6 +58,30 @@ def cpu_s(pid: int | None) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_now(router: int | None, workers: Sequence[int] = ()) -> tuple[float | None, list[float | None]]:
+    """CPU seconds so far of a router and of each of its workers."""
+    return cpu_s(router), [cpu_s(pid) for pid in workers]
+
+
+def cpu_per_request(before: tuple[float | None, list[float | None]],
+                    after: tuple[float | None, list[float | None]], n: int) -> dict[str, float]:
+    """Microseconds of CPU per request between two ``cpu_now`` readings: the router's, its
+    workers' together, and the busiest worker's CPU over the workers' mean (how evenly
+    the router spread the work). Left out where a process could not be read."""
+    out: dict[str, float] = {}
+    if not n:
+        return out
+    if before[0] is not None and after[0] is not None:
+        out["router_cpu_us"] = (after[0] - before[0]) * 1e6 / n
+    used = [a - b for b, a in zip(before[1], after[1]) if a is not None and b is not None]
+    if used and len(used) == len(before[1]):
+        out["workers_cpu_us"] = sum(used) * 1e6 / n
+        mean = sum(used) / len(used)
+        if mean > 0:
+            out["workers_busiest_over_mean"] = max(used) / mean
+    return out
 
 
 @dataclass(frozen=True)
@@ -154,16 +178,17 @@ async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Worklo
                 if expect.setdefault(key, ids) != ids:
                     raise RuntimeError(f"{w.name} {key}: output ids differ between targets: {expect[key]} vs {ids}")
 
-    t0, cpu0 = time.perf_counter(), cpu_s(pid)
+    t0, cpu0 = time.perf_counter(), cpu_now(pid)
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed, cpu1 = time.perf_counter() - t0, cpu_s(pid)
+    elapsed, cpu1 = time.perf_counter() - t0, cpu_now(pid)
     if not lats:
         raise RuntimeError(f"{w.name}: no request completed")
     s = sorted(lats)
     out = {"n": len(lats), "elapsed_s": elapsed, "rps": len(lats) / elapsed,
            "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
-    if cpu0 is not None and cpu1 is not None:  # the router's own CPU per request: load-independent
-        out["router_cpu_ms_per_req"] = (cpu1 - cpu0) * 1e3 / len(lats)
+    router_us = cpu_per_request(cpu0, cpu1, len(lats)).get("router_cpu_us")
+    if router_us is not None:  # the router's own CPU per request: load-independent
+        out["router_cpu_ms_per_req"] = router_us / 1e3
     return out
 
 

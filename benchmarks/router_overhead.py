@@ -217,12 +217,13 @@ async def measure(targets: list[Target], args: argparse.Namespace
                         await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                           max_requests=conc, max_s=2, expect=expect,
                                           max_new=args.max_new_tokens)
-                        cpu0 = _cpu(t)
+                        cpu0 = router_agentic.cpu_now(t.pid, t.workers)
                         r = await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                               max_requests=max_req, max_s=max_s, expect=expect,
                                               max_new=args.max_new_tokens)
                         if phase == "tp":
-                            r.update(_cpu_per_request(cpu0, _cpu(t), r["n"]))
+                            r.update(router_agentic.cpu_per_request(cpu0, router_agentic.cpu_now(t.pid, t.workers),
+                                                                    r["n"]))
                         r.update(repeat=rep, mode=mode, phase=phase, concurrency=conc, target=t.name)
                         rows.append(r)
                         print(f"  rep {rep} {mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
@@ -236,24 +237,6 @@ async def measure(targets: list[Target], args: argparse.Namespace
         if t.pid:
             memory[t.name]["rss_mb_at_end"] = rss_mb(t.pid)
     return rows, memory
-
-
-def _cpu(t: Target) -> tuple[float | None, float | None]:
-    """CPU seconds so far of the router and of its workers together (None: not known)."""
-    workers = [router_agentic.cpu_s(pid) for pid in t.workers]
-    return (router_agentic.cpu_s(t.pid),
-            sum(workers) if workers and None not in workers else None)
-
-
-def _cpu_per_request(before: tuple[float | None, float | None], after: tuple[float | None, float | None],
-                     n: int) -> dict[str, float]:
-    """Microseconds of CPU per request over a cell, for the router and for its workers:
-    on a saturated machine the throughput ratio is the inverse ratio of these sums."""
-    out = {}
-    for key, b, a in (("router_cpu_us", before[0], after[0]), ("workers_cpu_us", before[1], after[1])):
-        if b is not None and a is not None and n:
-            out[key] = (a - b) * 1e6 / n
-    return out
 
 
 # ---- summary ----------------------------------------------------------------------------
@@ -272,7 +255,7 @@ def summarize_runs(rows: list[dict[str, Any]], targets: list[Target]) -> dict[st
                     continue
                 cell = {k: _med([r[k] for r in rs if k in r])
                         for k in ("rps", "p50_ms", "p99_ms", "mean_ms", "ttft_p50_ms", "chunks_mean",
-                                  "router_cpu_us", "workers_cpu_us")}
+                                  "router_cpu_us", "workers_cpu_us", "workers_busiest_over_mean")}
                 cell["n_total"] = sum(r["n"] for r in rs)
                 cell["repeats"] = len(rs)
                 # Added latency vs direct: difference of percentiles, paired per repeat.
@@ -341,8 +324,11 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
     lines += ["", "added = router percentile minus direct percentile (difference of percentiles, "
               "median over repeats of the paired difference)."]
     lines += ["", "CPU per request in the max-rps cells (user + system, from /proc, medians over repeats): "
-              "the machine is saturated there, so these sums set the throughput ratios.", "",
-              "| mode | target | router CPU us/req | workers CPU us/req | together |", "|---|---|---|---|---|"]
+              "the machine is saturated there, so these sums (with the load generator's) set the throughput "
+              "ratios. Workers busiest / mean: the busiest worker's CPU "
+              "over the workers' mean (1.00: the work was spread evenly).", "",
+              "| mode | target | router CPU us/req | workers CPU us/req | together | workers busiest / mean |",
+              "|---|---|---|---|---|---|"]
     for mode in MODES:
         for t in targets:
             tp = cells.get(f"{mode}/tp/{t.name}")
@@ -350,7 +336,7 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
                 continue
             router, workers = tp.get("router_cpu_us"), tp["workers_cpu_us"]
             lines.append(f"| {mode} | {t.name} | {f(router, '.0f')} | {f(workers, '.0f')} "
-                         f"| {f(workers + (router or 0.0), '.0f')} |")
+                         f"| {f(workers + (router or 0.0), '.0f')} | {f(tp.get('workers_busiest_over_mean'))} |")
     return "\n".join(lines) + "\n"
 
 
