@@ -13,11 +13,12 @@ from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, 
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightGroupMember, WeightsUpdated)
 from pearl_rl_adapter.rollout import Generated, RolloutClient
-from pearl_rl_adapter.telemetry import TRAJECTORY_HEADER, TURN_HEADER, Trajectory, TurnCounter, tag_headers
+from pearl_rl_adapter.telemetry import (EXPECTED_TURNS_HEADER, TRAJECTORY_HEADER, TURN_HEADER, Trajectory, TurnCounter,
+                                       tag_headers)
 
 __all__ = [
-    "AsyncPearlClient", "ClientConfig", "DistributedWeights", "Generated", "GpusJoined", "GpusLeft",
-    "PearlAuthError", "PearlClient", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
+    "AsyncPearlClient", "ClientConfig", "DistributedWeights", "EXPECTED_TURNS_HEADER", "Generated", "GpusJoined",
+    "GpusLeft", "PearlAuthError", "PearlClient", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
     "PearlTimeout", "PearlUnavailable", "RolloutClient", "TRAJECTORY_HEADER", "TURN_HEADER", "TrainBegun",
     "TrainFinished", "Trajectory", "TurnCounter", "WeightGroup", "WeightGroupDestroyed", "WeightGroupMember",
     "WeightsUpdated", "tag_headers",

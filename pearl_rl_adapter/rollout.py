@@ -73,8 +73,12 @@ class RolloutClient:
 
     async def generate(self, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
                        trajectory_id: str | None = None, turn: int | None = None,
-                       timeout_s: float | None = None) -> Generated:
-        headers = tag_headers(trajectory_id, turn or 0) if trajectory_id is not None else {}
+                       expected_turns: int | None = None, timeout_s: float | None = None) -> Generated:
+        """``expected_turns``: the trajectory's expected turns in all, if known (needs
+        ``trajectory_id``; ``telemetry.tag_headers``)."""
+        if expected_turns is not None and trajectory_id is None:
+            raise ValueError("expected_turns needs trajectory_id")
+        headers = tag_headers(trajectory_id, turn or 0, expected_turns) if trajectory_id is not None else {}
         return await self.post_generate(generate_body(prompt_ids, sampling_params), headers=headers,
                                         timeout_s=timeout_s)
 

@@ -60,7 +60,8 @@ def with_profile_fit(name: str, jobs: list[Job], fit: str) -> tuple[str, list[Jo
 # Fields left out of the cache key at their defaults, so runs cached before they existed
 # stay valid: ones that change how a replay is computed, not its results (tested), and
 # options added later whose default is what every earlier run did.
-_RESULT_NEUTRAL = {"engine_stepping": "stretch", "router": {}, "engine_args": (), "carry_over_share": None}
+_RESULT_NEUTRAL = {"engine_stepping": "stretch", "router": {}, "engine_args": (), "carry_over_share": None,
+                   "turns_hint_sigma": None}
 
 
 def _key(config: ReplayConfig) -> str:

@@ -30,8 +30,14 @@ isolation then places a straggler's prefill and decode, ``choose_pair_isolated``
 
 The mechanism columns: for the step's last trajectory to finish, its time in requests
 over what the same turns take alone on an idle worker (its contention), and the same for
-the other trajectories of the step's last tenth; and whether the last one was among the
-trajectories the router could have known to be slowest (the floor's slowest).
+the other trajectories of the step's last tenth; whether the last one was among the
+trajectories the router could have known to be slowest (the floor's slowest); and how many
+of the last tenth and of the step ran into the trajectory token budget.
+
+Opt-in variants (``SWEEP_VARIANTS``) also include ``isolation-hinted`` and
+``isolation-hinted-noisy``: the driver sends each trajectory's turns
+(``X-Pearl-Expected-Turns``) exactly, or with a lognormal error, as a framework that knows
+its tasks from an earlier epoch could.
 """
 from __future__ import annotations
 
@@ -71,6 +77,10 @@ SWEEP_VARIANTS: dict[str, dict[str, Any]] = {
     "isolation-margin06": {"router": {"straggler_isolation": True, "straggler_home_margin": 0.6}},
     "isolation-share25-margin06": {"router": {"straggler_isolation": True, "straggler_share": 0.25,
                                               "straggler_home_margin": 0.6}},
+    # The driver tells the router each trajectory's turns (X-Pearl-Expected-Turns): exactly,
+    # and with a lognormal error of sigma 0.3 (a hint from an earlier epoch of the task).
+    "isolation-hinted": {"router": {"straggler_isolation": True}, "turns_hint_sigma": 0.0},
+    "isolation-hinted-noisy": {"router": {"straggler_isolation": True}, "turns_hint_sigma": 0.3},
 }
 ALL_VARIANTS = {**VARIANTS, **SWEEP_VARIANTS}
 
@@ -88,7 +98,9 @@ def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system:
 def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Per measured step: the last trajectory to finish, its contention (seconds in
     requests over the same turns alone), the mean contention of the step's last tenth
-    and of the rest, and whether the last one is the floor's slowest trajectory."""
+    and of the rest, whether the last one is the floor's slowest trajectory, and how many
+    of the last tenth and of the step ran into the trajectory token budget (their turns
+    cut to the ones that fit: a group of near-equal trajectories)."""
     config = replay_config(result)
     sampler, cost = SweSampler(config.sweworkload()), load_profile(config.emulator_profile()).cost
     out = []
@@ -98,15 +110,19 @@ def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         timed = []
         for tid, turns, req, env in rows:
-            alone, alone_env = trajectory_floor_s(sampler, int(tid.rsplit("-", 1)[1]), cost)
+            index = int(tid.rsplit("-", 1)[1])
+            alone, alone_env = trajectory_floor_s(sampler, index, cost)
             timed.append({"trajectory": tid, "turns": turns, "duration_s": req + env, "request_s": req,
-                          "contention": req / max(alone - alone_env, 1e-9), "floor_s": alone})
+                          "contention": req / max(alone - alone_env, 1e-9), "floor_s": alone,
+                          "budget_cut": sampler.planned_turns(index) < sampler.turn_count(index)})
         timed.sort(key=lambda t: -t["duration_s"])
         k = max(1, len(timed) // 10)
         slowest_floor = max(timed, key=lambda t: t["floor_s"])["trajectory"]
         out.append({"step": step["step"], "last": timed[0], "last_is_floor_slowest": timed[0]["trajectory"] == slowest_floor,
                     "tail_contention": sum(t["contention"] for t in timed[:k]) / k,
-                    "rest_contention": sum(t["contention"] for t in timed[k:]) / max(1, len(timed) - k)})
+                    "rest_contention": sum(t["contention"] for t in timed[k:]) / max(1, len(timed) - k),
+                    "tail_budget_cut": sum(t["budget_cut"] for t in timed[:k]), "tail_size": k,
+                    "budget_cut": sum(t["budget_cut"] for t in timed), "size": len(timed)})
     return out
 
 
@@ -209,10 +225,12 @@ def main(argv: list[str] | None = None) -> int:
             last = "; ".join(f"{m['last']['trajectory']} {m['last']['contention']:.2f}x"
                              + (" (floor's slowest)" if m["last_is_floor_slowest"] else "") for m in mech)
             tail = "; ".join(f"{m['tail_contention']:.2f}x / {m['rest_contention']:.2f}x" for m in mech)
+            cut_by_budget = "; ".join(f"{m['tail_budget_cut']}/{m['tail_size']}, {m['budget_cut']}/{m['size']}"
+                                      for m in mech)
             rows.append([pool, v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
                          "-" if v == "off" else f"{tput / off_tput:.3f}", f"{r['summary']['mean_step_s']:.0f}",
                          ", ".join(f"{s['rollout_s']:.0f}" for s in r["steps"][1:]),
-                         ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail])
+                         ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail, cut_by_budget])
             if cost is not None:
                 stale = ", ".join(f"{k}: {share:.1%}" for k, share in cost["tokens_by_staleness"].items())
                 costs.append([pool, v, ", ".join(map(str, cost["carried_in"])), stale,
@@ -239,10 +257,12 @@ def main(argv: list[str] | None = None) -> int:
           f"`off`'s denominator (the step's batch's slowest trajectory alone), although its steps do not wait "
           f"for their slowest trajectories (it can go below 1.0); its step throughput counts each trajectory "
           f"in the step that trains it. Workers busy: the least and most busy worker's busy seconds over the "
-          f"rollout's, per measured step.\n\n"
+          f"rollout's, per measured step. At the token budget: trajectories whose turns were cut to the ones "
+          f"that fit `max_trajectory_tokens` (near-equal in length: the tail's ties).\n\n"
           + md_table(["pool", "variant", "rollout / floor", "cut", "step tok/s", "tok/s vs off",
                       "step s", "rollout s (measured steps)", "workers busy / rollout",
-                      "last trajectory: contention", "contention: last tenth / rest"], rows)
+                      "last trajectory: contention", "contention: last tenth / rest",
+                      "at the token budget: last tenth, step"], rows)
           + (f"\n\nThe cost of carry-over (`carry-over`: each rollout ends once {CARRY_OVER_SHARE:.0%} of its "
              f"batch finished): trajectories resumed into each measured batch; the trained batches' generated "
              f"tokens by how many policy versions they are behind the one the step trains; tokens generated "

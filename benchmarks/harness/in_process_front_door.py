@@ -58,7 +58,7 @@ class InProcessFrontDoor:
             call = parse_generate(body, st.config.limits, ids_checked)
             if call.stream:
                 raise ValueError("the in-process front door answers whole, not as a stream")
-            runs = start_runs(st, call, *trajectory_headers(CIMultiDict(headers), batch=call.is_batch))
+            runs = start_runs(st, call, trajectory_headers(CIMultiDict(headers), batch=call.is_batch))
             try:
                 status, answer = 200, await unstreamed_answer(runs, call.is_batch)
             finally:

@@ -106,6 +106,7 @@ class ReplayConfig:
     router: dict[str, Any] = field(default_factory=dict)  # RouterConfig fields (e.g. straggler_priority)
     engine_args: tuple[str, ...] = ()          # extra worker flags (e.g. --enable-priority-scheduling)
     carry_over_share: Optional[float] = None   # driver: partial rollouts (end at this share; None: off)
+    turns_hint_sigma: Optional[float] = None   # driver: X-Pearl-Expected-Turns with this error (None: off)
 
     def sweworkload(self) -> SweWorkload:
         """The preset's workload with this run's batch, seed and overrides."""
@@ -256,7 +257,8 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
                     url, workload=workload,
                     trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
                     config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
-                                        carry_over_share=config.carry_over_share),
+                                        carry_over_share=config.carry_over_share,
+                                        turns_hint_sigma=config.turns_hint_sigma),
                     time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
                     on_step=recorder.on_step, front_door=_front_door(config, app))
                 replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None

@@ -10,7 +10,10 @@ workload history (the last finished step), and the caller passes ``now`` implici
 Model. A trajectory's total turn count ``N`` is drawn from the workload's empirical
 distribution (the previous step's trajectories); having done ``k`` turns it still has
 ``E[N - k | N > k]`` turns to go, or one more turn when the history has none that long (a
-running trajectory is not known to be done). Each remaining turn costs what this trajectory's
+running trajectory is not known to be done). A client that knows how many turns a
+trajectory will take (``X-Pearl-Expected-Turns``: the task's turns in an earlier epoch, or
+its agent's turn limit) replaces the distribution: ``expected - k`` turns remain while
+``k < expected``; past it, the distribution answers again. Each remaining turn costs what this trajectory's
 turns have cost so far (decode and environment time, from ``elapsed_s / k``), blended with
 the workload's mean turn time as a prior worth one turn, and generates as many tokens as its
 turns have on average.
@@ -18,6 +21,7 @@ turns have on average.
 Invariants (checked by property tests):
 * every estimate is finite and non-negative, and remaining turns are at least one;
 * with a history where every trajectory had ``N`` turns and ``k < N``, ``N - k`` turns remain;
+* with an expected turn count ``E > k``, ``E - k`` turns remain whatever the history;
 * the stragglers are the ``ceil(share * n)`` largest estimates, in descending order, and no
   trajectory left out is expected to finish later than one named.
 """
@@ -37,6 +41,7 @@ class TrajectoryProgress:
     turns_done: int
     tokens_so_far: int
     elapsed_s: float
+    expected_turns: int | None = None  # the client's hint of its total turns
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,8 @@ def expected_remaining_turns(turns_done: int, turn_counts: Iterable[int]) -> flo
 def estimate(progress: TrajectoryProgress, history: WorkloadHistory) -> RemainingEstimate:
     k = max(0, progress.turns_done)
     elapsed = max(0.0, progress.elapsed_s)
-    turns = expected_remaining_turns(k, history.turn_counts)
+    hint = progress.expected_turns
+    turns = float(hint - k) if hint is not None and hint > k else expected_remaining_turns(k, history.turn_counts)
     prior = history.mean_turn_s if history.mean_turn_s is not None and history.mean_turn_s >= 0 else None
     if k > 0 and prior is not None:
         per_turn = (elapsed + prior) / (k + 1)

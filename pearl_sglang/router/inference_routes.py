@@ -14,7 +14,7 @@ import logging
 import re
 import secrets
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 
 from aiohttp import web
 
@@ -33,6 +33,7 @@ from pearl_sglang.workers.errors import WorkerError
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
+EXPECTED_TURNS_HEADER = "X-Pearl-Expected-Turns"
 log = logging.getLogger("pearl.router")
 
 
@@ -63,7 +64,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     started = st.clock.now()
     body, ids_checked = await read_generate_json(request)
     call = parse_generate(body, st.config.limits, ids_checked)
-    runs = start_runs(st, call, *trajectory_headers(request.headers, batch=call.is_batch))
+    runs = start_runs(st, call, trajectory_headers(request.headers, batch=call.is_batch))
     try:
         if call.stream:
             with _StreamSlot(st, request):
@@ -75,12 +76,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
         st.metrics.latency.labels("generate").observe(st.clock.now() - started)
 
 
-def start_runs(st: RouterState, call: GenerateCall, trajectory: str | None,
-               turn: int | None) -> list[AsyncIterator[dict[str, Any]]]:
+def start_runs(st: RouterState, call: GenerateCall, tag: TrajectoryTag) -> list[AsyncIterator[dict[str, Any]]]:
     """The dispatcher's run of each item of a parsed call; a rid already in flight is a 400."""
     busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
     if busy:
         raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    trajectory, turn = tag.trajectory, tag.turn
+    note_expected_turns(st, tag)
     items = call.items
     if st.config.straggler_priority and trajectory is not None:
         items = tuple(_with_straggler_priority(st, item, trajectory) for item in items)
@@ -109,20 +111,44 @@ def _with_straggler_priority(st: RouterState, item: GenerateItem, trajectory: st
     return replace(item, extra={**item.extra, "priority": 1 if late else 0})
 
 
-def trajectory_headers(headers: Mapping[str, str], *, batch: bool) -> tuple[str | None, int | None]:
-    """Strict: a turn is 1-9 ASCII digits, a trajectory id at most 256 printable ASCII
-    characters (anything else is a 400 naming the header)."""
+class TrajectoryTag(NamedTuple):
+    """What a request's headers say about the trajectory it belongs to."""
+
+    trajectory: str | None = None
+    turn: int | None = None
+    expected_turns: int | None = None  # the client's hint of the trajectory's total turns
+
+
+def trajectory_headers(headers: Mapping[str, str], *, batch: bool) -> TrajectoryTag:
+    """Strict: a turn is 1-9 ASCII digits, an expected turn count 1-9 digits and positive
+    (and only with a trajectory id), a trajectory id at most 256 printable ASCII characters
+    (anything else is a 400 naming the header)."""
     trajectory = headers.get(TRAJECTORY_HEADER) or None
     raw_turn = headers.get(TURN_HEADER)
+    raw_expected = headers.get(EXPECTED_TURNS_HEADER)
     if raw_turn is not None and not _TURN.fullmatch(raw_turn):
         raise BadRequest(f"{TURN_HEADER} must be a non-negative integer of at most 9 ASCII digits, "
                          f"got {raw_turn[:40]!r}", kind="invalid_header")
+    if raw_expected is not None and (not _TURN.fullmatch(raw_expected) or int(raw_expected) < 1):
+        raise BadRequest(f"{EXPECTED_TURNS_HEADER} must be a positive integer of at most 9 ASCII digits, "
+                         f"got {raw_expected[:40]!r}", kind="invalid_header")
     if trajectory is not None and (len(trajectory) > 256 or not (trajectory.isascii() and trajectory.isprintable())):
         raise BadRequest(f"{TRAJECTORY_HEADER} must be at most 256 printable ASCII characters",
                          kind="invalid_header")
+    if raw_expected is not None and trajectory is None:
+        raise BadRequest(f"{EXPECTED_TURNS_HEADER} needs {TRAJECTORY_HEADER}: the count is a trajectory's",
+                         kind="invalid_header")
     if batch and trajectory is not None:
         raise BadRequest(f"{TRAJECTORY_HEADER} names one trajectory; send its turns one by one")
-    return trajectory, int(raw_turn) if raw_turn is not None else None
+    return TrajectoryTag(trajectory, int(raw_turn) if raw_turn is not None else None,
+                         int(raw_expected) if raw_expected is not None else None)
+
+
+def note_expected_turns(st: RouterState, tag: TrajectoryTag) -> None:
+    """The client's expected turn count, for the critical path (``core.critical_path``; on
+    the event loop's clock, as the dispatcher's turn times)."""
+    if tag.trajectory is not None and tag.expected_turns is not None:
+        st.telemetry.expect_turns(tag.trajectory, tag.expected_turns, asyncio.get_running_loop().time())
 
 
 async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
@@ -244,7 +270,9 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
     chat = request.path.endswith("chat/completions")
     call = parse_openai(await read_json(request), st.config.limits, chat=chat)
     body = call.body
-    trajectory, _ = trajectory_headers(request.headers, batch=call.sequences > 1)
+    tag = trajectory_headers(request.headers, batch=call.sequences > 1)
+    trajectory = tag.trajectory
+    note_expected_turns(st, tag)
     if openai_generate.eligible(body, chat=chat):
         return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")

@@ -42,6 +42,7 @@ class _Running:
     in_flight: int = 0              # turns sent and not yet ended
     last_end: float | None = None   # when its latest turn ended
     slot: int | None = None         # the worker that generated its latest turn
+    expected_turns: int | None = None  # the client's hint (``X-Pearl-Expected-Turns``)
 
 
 @dataclass(frozen=True)
@@ -162,12 +163,23 @@ class TelemetryCollector:
     def turn_began(self, trajectory: str, now: float) -> None:
         """A turn of ``trajectory`` was sent (the dispatcher calls this for every item that
         names its trajectory, and ``turn_left`` once it ends, however it ends)."""
+        self._run(trajectory, now).in_flight += 1
+
+    def expect_turns(self, trajectory: str, turns: int, now: float) -> None:
+        """The client expects ``trajectory`` to take ``turns`` turns in all (its latest word
+        counts); the critical path uses it instead of the workload's distribution."""
+        run = self._run(trajectory, now)
+        run.expected_turns = turns
+        if run.in_flight == 0 and run.last_end is None:
+            run.last_end = now  # a hint whose turn never starts keeps it live only ``idle_s``
+
+    def _run(self, trajectory: str, now: float) -> _Running:
         run = self._running.get(trajectory)
         if run is None:
             run = self._running[trajectory] = _Running(started_at=now)
             while len(self._running) > self.max_trajectories:
                 self._running.popitem(last=False)
-        run.in_flight += 1
+        return run
 
     def turn_left(self, trajectory: str, slot: int | None, now: float) -> None:
         run = self._running.get(trajectory)
@@ -196,7 +208,7 @@ class TelemetryCollector:
     def progress(self, now: float) -> tuple[TrajectoryProgress, ...]:
         """The live trajectories' progress (finished ones can no longer be stragglers)."""
         return tuple(TrajectoryProgress(trajectory_id=tid, turns_done=r.turns, tokens_so_far=r.tokens,
-                                        elapsed_s=max(0.0, now - r.started_at))
+                                        elapsed_s=max(0.0, now - r.started_at), expected_turns=r.expected_turns)
                      for tid, r in self._running.items() if self._is_live(r, now))
 
     def stragglers(self, now: float, *, share: float) -> tuple[RemainingEstimate, ...]:

@@ -105,12 +105,13 @@ class GenerateClient:
             raise GenerateRejected("answer is not JSON") from e
 
     async def generate(self, input_ids: Sequence[int], *, max_new_tokens: int,
-                       trajectory_id: str, turn: int) -> Generation:
-        """Generate exactly ``max_new_tokens`` (``ignore_eos``) after ``input_ids``."""
+                       trajectory_id: str, turn: int, expected_turns: int | None = None) -> Generation:
+        """Generate exactly ``max_new_tokens`` (``ignore_eos``) after ``input_ids``;
+        ``expected_turns``: the trajectory's, for the router's critical path."""
         ids = input_ids if isinstance(input_ids, np.ndarray) else list(input_ids)
         body = {"input_ids": ids,
                 "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True}}
-        headers = {**self.headers, **tag_headers(trajectory_id, turn)}
+        headers = {**self.headers, **tag_headers(trajectory_id, turn, expected_turns)}
         errors: list[str] = []
         delays = iter(self.retry_delays_s)
         while True:

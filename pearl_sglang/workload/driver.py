@@ -65,8 +65,14 @@ class DriverConfig:
     # End each rollout once this share of its batch finished and carry the rest into the
     # next step (None: every step waits for its whole batch).
     carry_over_share: Optional[float] = None
+    # Tell the router how many turns each trajectory will take (``X-Pearl-Expected-Turns``),
+    # with a lognormal error of this sigma (0: exact; None: no hint), as a framework that
+    # knows its tasks' turns from an earlier epoch would.
+    turns_hint_sigma: Optional[float] = None
 
     def validate(self) -> None:
+        if self.turns_hint_sigma is not None and not self.turns_hint_sigma >= 0:
+            raise InvalidConfig("turns_hint_sigma must be >= 0 (or None: no hint)", key="turns_hint_sigma")
         if self.carry_over_share is not None and not 0 < self.carry_over_share <= 1:
             raise InvalidConfig("carry_over_share must be in (0, 1] (or None: off)", key="carry_over_share")
         if self.steps is not None and self.steps < 1:
@@ -131,8 +137,11 @@ class AgenticRLDriver:
                                 retry_delays_s=self.config.retry_delays_s,
                                 request_timeout_s=self.config.request_timeout_s,
                                 headers=dict(self.config.headers), front_door=self.front_door)
+        sigma = self.config.turns_hint_sigma
+        hint = (lambda index: None) if sigma is None else (lambda index: self.sampler.turns_hint(index, sigma))
         return await self._pipeline(TrajectoryContext(self.sampler, self.environment, client,
-                                                      policy_version=lambda: self._policy_version))
+                                                      policy_version=lambda: self._policy_version,
+                                                      turns_hint=hint))
 
     async def _pipeline(self, ctx: TrajectoryContext) -> list[StepResult]:
         results: list[StepResult] = []

@@ -32,7 +32,7 @@ from pearl_sglang.core.errors import InvalidConfig
 _Z90 = NormalDist().inv_cdf(0.90)
 
 # Purposes that key independent random streams.
-_PROMPT, _TURNS, _TURN, _REWRITE = 1, 2, 3, 4
+_PROMPT, _TURNS, _TURN, _REWRITE, _HINT = 1, 2, 3, 4, 5
 _WORD = 1 << 32  # SeedSequence reads an int below this as one 32-bit word
 
 
@@ -130,6 +130,26 @@ class SweSampler:
         w = self.workload
         x = self._rng(_TURNS, index).lognormal(math.log(w.turns_median), w.turns_sigma)
         return int(min(max(round(x), w.turns_min), w.turns_max))
+
+    def planned_turns(self, index: int) -> int:
+        """The turns the trajectory will run: ``turn_count`` cut where the next turn's
+        prompt and response no longer fit ``max_trajectory_tokens`` (each response as long
+        as planned, as the driver asks with ``ignore_eos``)."""
+        context = len(self.initial_prompt(index))
+        for k in range(self.turn_count(index)):
+            plan = self.turn(index, k)
+            if not self.fits(context, plan):
+                return max(1, k)
+            context += plan.response_tokens + len(plan.observation_ids)
+        return self.turn_count(index)
+
+    def turns_hint(self, index: int, sigma: float) -> int:
+        """What a client would expect of the trajectory's turns: ``planned_turns`` times a
+        lognormal error of ``sigma`` (0: exact), at least 1. Deterministic per index."""
+        if sigma < 0:
+            raise InvalidConfig(f"hint sigma must be >= 0, got {sigma}", key="turns_hint_sigma")
+        error = self._rng(_HINT, index).lognormal(0.0, sigma) if sigma > 0 else 1.0
+        return max(1, round(self.planned_turns(index) * error))
 
     def turn(self, index: int, turn_index: int) -> TurnPlan:
         w = self.workload

@@ -30,12 +30,14 @@ from pearl_sglang.workload.swe import SweSampler, TurnPlan
 @dataclass(frozen=True)
 class TrajectoryContext:
     """The collaborators every trajectory of a run shares. ``policy_version`` reads the
-    version the trainer pushed last (recorded with each turn)."""
+    version the trainer pushed last (recorded with each turn); ``turns_hint`` what the
+    client tells the router to expect of a trajectory's turns (by index; None: nothing)."""
 
     sampler: SweSampler
     environment: EmulatedEnvironment
     client: GenerateClient
     policy_version: Callable[[], str] = lambda: ""
+    turns_hint: Callable[[int], Optional[int]] = lambda index: None
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ async def run_trajectory(ctx: TrajectoryContext, *, index: int, step: int, traje
                                               start=time.now())
     context, plan = state.context, state.plan
     wanted = sampler.turn_count(index)
+    expected = ctx.turns_hint(index)
     telemetry: list[TurnTelemetry] = list(state.telemetry)
     errors: list[str] = list(state.errors)
     generated = state.generated
@@ -79,7 +82,7 @@ async def run_trajectory(ctx: TrajectoryContext, *, index: int, step: int, traje
         version = ctx.policy_version()
         try:
             gen = await ctx.client.generate(context, max_new_tokens=plan.response_tokens,
-                                            trajectory_id=trajectory_id, turn=turn)
+                                            trajectory_id=trajectory_id, turn=turn, expected_turns=expected)
         except GenerateFailed as e:
             errors.extend(e.errors)
             failed = True

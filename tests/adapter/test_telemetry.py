@@ -14,6 +14,17 @@ def test_tag_headers():
             tag_headers(bad_id, bad_turn)
 
 
+def test_tag_headers_with_an_expected_turn_count():
+    assert tag_headers("t", 2, 30) == {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Turn": "2",
+                                       "X-Pearl-Expected-Turns": "30"}
+    assert "X-Pearl-Expected-Turns" not in tag_headers("t", 2)
+    for bad in (0, -1, True, 2.0, "3", 10**9):
+        with pytest.raises(ValueError, match="expected_turns"):
+            tag_headers("t", 0, bad)
+    t = Trajectory("abc", expected_turns=12)
+    assert [t.next_turn()["X-Pearl-Expected-Turns"] for _ in range(2)] == ["12", "12"]
+
+
 def test_trajectory_counts_turns():
     t = Trajectory("abc")
     assert [t.next_turn()["X-Pearl-Turn"] for _ in range(3)] == ["0", "1", "2"] and t.turns == 3
@@ -40,9 +51,14 @@ async def test_rollout_client_tags_requests(fake, config):
         sent = fake.calls[-1]
         assert sent.headers["X-Pearl-Trajectory-Id"] == "t-9" and sent.headers["X-Pearl-Turn"] == "4"
         assert sent.body["return_logprob"] is True and "Authorization" not in sent.headers
+        assert "X-Pearl-Expected-Turns" not in sent.headers
+        await c.generate([1, 2, 3], {"max_new_tokens": 2}, trajectory_id="t-9", turn=5, expected_turns=20)
+        assert fake.calls[-1].headers["X-Pearl-Expected-Turns"] == "20"
+        with pytest.raises(ValueError, match="trajectory_id"):
+            await c.generate([1], {}, expected_turns=20)
         fake.fail("/generate", 503, "overloaded", times=5)
         with pytest.raises(PearlUnavailable, match="overloaded"):
             await c.generate([1], {})
-        assert sum(a.path == "/generate" for a in fake.attempts) == 2  # generation is never retried
+        assert sum(a.path == "/generate" for a in fake.attempts) == 3  # generation is never retried
     finally:
         await c.aclose()

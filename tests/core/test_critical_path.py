@@ -13,7 +13,8 @@ from pearl_sglang.core.telemetry import StepTelemetry, TurnRecord
 
 progress_st = st.builds(TrajectoryProgress, trajectory_id=st.text(min_size=1, max_size=6),
                         turns_done=st.integers(0, 50), tokens_so_far=st.integers(0, 100_000),
-                        elapsed_s=st.floats(0, 1e5, allow_nan=False))
+                        elapsed_s=st.floats(0, 1e5, allow_nan=False),
+                        expected_turns=st.none() | st.integers(1, 60))
 history_st = st.builds(WorkloadHistory, turn_counts=st.lists(st.integers(1, 60), max_size=30).map(tuple),
                        mean_turn_s=st.none() | st.floats(0, 1e3, allow_nan=False))
 
@@ -35,6 +36,17 @@ def test_uniform_history_leaves_exactly_the_missing_turns(n, k, copies, elapsed)
     if k > 0:
         assert e.remaining_s == pytest.approx((n - k) * elapsed / k)
         assert e.remaining_tokens == pytest.approx((n - k) * 10)
+
+
+@given(st.integers(1, 60), st.integers(0, 60), history_st, st.floats(0, 1e4, allow_nan=False))
+def test_an_expected_turn_count_replaces_the_distribution_until_it_is_reached(expected, k, h, elapsed):
+    hinted = estimate(TrajectoryProgress("t", k, 10 * k, elapsed, expected_turns=expected), h)
+    plain = estimate(TrajectoryProgress("t", k, 10 * k, elapsed), h)
+    if k < expected:
+        assert hinted.remaining_turns == expected - k
+        assert hinted.remaining_s == pytest.approx(plain.remaining_s / plain.remaining_turns * (expected - k))
+    else:  # the hint was too low: the workload's distribution answers again
+        assert hinted == plain
 
 
 @given(st.lists(progress_st, max_size=40, unique_by=lambda p: p.trajectory_id), history_st,

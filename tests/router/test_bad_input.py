@@ -139,6 +139,25 @@ async def test_bad_turn_header_is_a_400(path, body, turn):
     assert "X-Pearl-Turn" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("headers", [
+    {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Expected-Turns": b"0"},
+    {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Expected-Turns": b"-3"},
+    {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Expected-Turns": b"2.5"},
+    {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Expected-Turns": b"9" * 10},
+    {"X-Pearl-Trajectory-Id": "t", "X-Pearl-Expected-Turns": "١٢".encode()},
+    {"X-Pearl-Expected-Turns": b"12"},  # a count without the trajectory it is of
+])
+@pytest.mark.parametrize("path,body", [
+    ("/generate", {"text": "hi"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+])
+async def test_bad_expected_turns_header_is_a_400(path, body, headers):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + path, json=body, headers=headers)
+    assert r.status_code == 400, r.text[:300]
+    assert "X-Pearl-Expected-Turns" in r.json()["error"]["message"]
+
+
 async def test_non_ascii_trajectory_header_is_a_400():
     async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
         r = await _post(url + "/generate", json={"text": "hi"}, headers={"X-Pearl-Trajectory-Id": "trä".encode()})

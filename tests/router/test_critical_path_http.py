@@ -15,10 +15,13 @@ from tests.support.emulated import emulators
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
-async def _trajectory(c, url, tid, prompt, turns, env_s):
+async def _trajectory(c, url, tid, prompt, turns, env_s, expected=None):
     ctx = list(prompt)
     for turn in range(turns):
-        r = await c.post(url + "/generate", headers={"X-Pearl-Trajectory-Id": tid, "X-Pearl-Turn": str(turn)},
+        headers = {"X-Pearl-Trajectory-Id": tid, "X-Pearl-Turn": str(turn)}
+        if expected is not None:
+            headers["X-Pearl-Expected-Turns"] = str(expected)
+        r = await c.post(url + "/generate", headers=headers,
                          json={"input_ids": ctx, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}})
         assert r.status_code == 200, r.text
         ctx = ctx + r.json()["output_ids"] + [5] * 20
@@ -47,6 +50,25 @@ async def test_state_lists_the_trajectories_expected_to_finish_last():
     assert top["trajectory"] == "behind" and top["turns_done"] == 1
     assert top["remaining_turns"] == 3 and top["remaining_tokens"] == 48
     assert top["remaining_s"] > 0
+
+
+async def test_an_expected_turn_count_ranks_a_trajectory_as_the_client_says():
+    """Same history and progress as above, but the client says one of the three
+    trajectories that are three turns in will take ten: it is the straggler, not "behind"."""
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
+                          straggler_share=0.25)
+    async with emulators(2, "--time-scale", "20") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
+                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
+                                       for i in range(4)))
+                app[ROUTER].telemetry.drain()
+                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01,
+                                                   expected=10 if i == 1 else 4) for i in range(3)),
+                                     _trajectory(c, url, "behind", [50] * 64, 1, 0.01))
+                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    [top] = state["stragglers"]
+    assert top["trajectory"] == "new-1" and top["turns_done"] == 3 and top["remaining_turns"] == 7
 
 
 def test_straggler_flags_build_the_config_and_are_validated():

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.workload import (
@@ -183,3 +184,34 @@ async def test_a_transient_error_mid_trajectory_keeps_its_context():
     failed, timed_out, retried = script.bodies[2], script.bodies[3], script.bodies[4]
     assert failed == timed_out == retried
     assert script.headers[2]["X-Pearl-Turn"] == script.headers[4]["X-Pearl-Turn"] == "2"
+
+
+@pytest.mark.parametrize("budget", [1024, 400, 250, 160])
+def test_planned_turns_are_the_turns_a_trajectory_runs(budget):
+    """Within and cut by the trajectory token budget (the driver's hint says this)."""
+    sampler = SweSampler(replace(TINY, max_trajectory_tokens=budget, turns_max=12, turns_median=8))
+    for index in range(60):
+        assert sampler.planned_turns(index) == len(_expected(sampler, index)[0])
+        assert sampler.turns_hint(index, 0.0) == sampler.planned_turns(index)
+        noisy = [sampler.turns_hint(index, 0.5) for _ in range(2)]
+        assert noisy[0] == noisy[1] >= 1  # deterministic per index
+    assert len({sampler.turns_hint(i, 0.5) - sampler.planned_turns(i) for i in range(60)}) > 1
+    cut = sum(sampler.planned_turns(i) < sampler.turn_count(i) for i in range(60))
+    assert (cut == 0) if budget == 1024 else (cut > 0)
+    with pytest.raises(InvalidConfig, match="sigma"):
+        sampler.turns_hint(0, -0.1)
+
+
+async def test_the_driver_tells_the_router_each_trajectorys_turns_when_asked():
+    small = replace(TINY, batch_size=3, group_size=1)
+    for sigma, expected in ((None, None), (0.0, lambda i: str(SweSampler(small).planned_turns(i)))):
+        script = Scripted([])
+        async with scripted_server(script) as url:
+            await AgenticRLDriver(url, workload=small, time=scaled_time(), trainer_profile=PROFILE,
+                                  config=DriverConfig(steps=1, turns_hint_sigma=sigma)).run()
+        for h in script.headers:
+            index = int(h["X-Pearl-Trajectory-Id"].rsplit("-", 1)[1])
+            assert h.get("X-Pearl-Expected-Turns") == (None if expected is None else expected(index))
+        assert len(script.headers) == sum(SweSampler(small).planned_turns(i) for i in range(3))
+    with pytest.raises(InvalidConfig, match="turns_hint_sigma"):
+        DriverConfig(turns_hint_sigma=-1.0).validate()
