@@ -126,6 +126,34 @@ def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def prediction_hits(result: dict[str, Any], *, tail_share: float = 0.2) -> list[dict[str, Any]]:
+    """Per measured step: the share of the router's predicted stragglers (its critical path,
+    sampled once a minute) that were among the step's last tenth to finish, averaged over
+    the samples taken while the step ran, and over those once ``tail_share`` of its
+    trajectories had finished (when isolation starts). By chance: a tenth."""
+    out = []
+    for step in result["steps"][1:]:
+        rows = step.get("trajectories") or []
+        if not rows:
+            continue
+        ids = {r[0] for r in rows}
+        k = max(1, len(rows) // 10)
+        last = {r[0] for r in sorted(rows, key=lambda r: -(r[2] + r[3]))[:k]}
+        every, tail = [], []
+        for sample in result["samples"]:
+            named = set(sample.get("stragglers") or ())
+            if not named or not named <= ids:
+                continue
+            hit = len(named & last) / len(named)
+            every.append(hit)
+            if sample.get("running", 0) <= (1 - tail_share) * len(rows):
+                tail.append(hit)
+        out.append({"step": step["step"], "samples": len(every), "tail_samples": len(tail),
+                    "hits": sum(every) / len(every) if every else None,
+                    "tail_hits": sum(tail) / len(tail) if tail else None})
+    return out
+
+
 def busy_share(result: dict[str, Any]) -> list[tuple[float, float]]:
     """Per measured step: the least and the most busy worker's busy seconds over the
     rollout's (the router's per-worker recording): how much of the step the pool worked."""
@@ -216,21 +244,25 @@ def main(argv: list[str] | None = None) -> int:
                           "tok_s_vs_off": mean_tput / off_mean_tput})
             r, of, tput = per_seed[0], floors[0], tputs[0]
             cut = (off_floor - of) / (off_floor - 1.0) if off_floor > 1.0 else 0.0
-            mech, busy, cost = tail_mechanism(r), busy_share(r), carry_cost(r)
+            mech, busy, cost, hits = tail_mechanism(r), busy_share(r), carry_cost(r), prediction_hits(r)
             cells.append({"system": system, "gpus": g, "variant": v, "seed": first, "rollout_over_floor": of,
                           "cut_of_distance_to_1": cut, "tok_s": tput, "tok_s_vs_off": tput / off_tput,
                           "rollout_tok_s": r["summary"]["rollout_throughput_tok_s"],
                           "rollout_s": [s["rollout_s"] for s in r["steps"]], "tail": mech,
-                          "mean_step_s": r["summary"]["mean_step_s"], "busy_share": busy, "carry_cost": cost})
+                          "mean_step_s": r["summary"]["mean_step_s"], "busy_share": busy, "carry_cost": cost,
+                          "prediction_hits": hits})
             last = "; ".join(f"{m['last']['trajectory']} {m['last']['contention']:.2f}x"
                              + (" (floor's slowest)" if m["last_is_floor_slowest"] else "") for m in mech)
             tail = "; ".join(f"{m['tail_contention']:.2f}x / {m['rest_contention']:.2f}x" for m in mech)
             cut_by_budget = "; ".join(f"{m['tail_budget_cut']}/{m['tail_size']}, {m['budget_cut']}/{m['size']}"
                                       for m in mech)
+            predicted = "; ".join(" / ".join("-" if h[key] is None else f"{h[key]:.0%}"
+                                             for key in ("hits", "tail_hits")) for h in hits)
             rows.append([pool, v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
                          "-" if v == "off" else f"{tput / off_tput:.3f}", f"{r['summary']['mean_step_s']:.0f}",
                          ", ".join(f"{s['rollout_s']:.0f}" for s in r["steps"][1:]),
-                         ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail, cut_by_budget])
+                         ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail, cut_by_budget,
+                         predicted])
             if cost is not None:
                 stale = ", ".join(f"{k}: {share:.1%}" for k, share in cost["tokens_by_staleness"].items())
                 costs.append([pool, v, ", ".join(map(str, cost["carried_in"])), stale,
@@ -258,11 +290,14 @@ def main(argv: list[str] | None = None) -> int:
           f"for their slowest trajectories (it can go below 1.0); its step throughput counts each trajectory "
           f"in the step that trains it. Workers busy: the least and most busy worker's busy seconds over the "
           f"rollout's, per measured step. At the token budget: trajectories whose turns were cut to the ones "
-          f"that fit `max_trajectory_tokens` (near-equal in length: the tail's ties).\n\n"
+          f"that fit `max_trajectory_tokens` (near-equal in length: the tail's ties). Predicted stragglers in "
+          f"the last tenth: the share of the router's predicted stragglers (`/pearl/state` critical path, "
+          f"sampled once a minute) that ended among the step's last tenth, over the step's samples / over "
+          f"those after a fifth of its trajectories finished (by chance: a tenth).\n\n"
           + md_table(["pool", "variant", "rollout / floor", "cut", "step tok/s", "tok/s vs off",
                       "step s", "rollout s (measured steps)", "workers busy / rollout",
                       "last trajectory: contention", "contention: last tenth / rest",
-                      "at the token budget: last tenth, step"], rows)
+                      "at the token budget: last tenth, step", "predicted stragglers in the last tenth"], rows)
           + (f"\n\nThe cost of carry-over (`carry-over`: each rollout ends once {CARRY_OVER_SHARE:.0%} of its "
              f"batch finished): trajectories resumed into each measured batch; the trained batches' generated "
              f"tokens by how many policy versions they are behind the one the step trains; tokens generated "

@@ -33,7 +33,12 @@ class Recorder:
         with contextlib.suppress(Exception):
             self.last_state = await self.client.state()
         counts = roles(self.last_state["table"]) if self.last_state else {}
-        self.samples.append({"t_s": self.now(), **counts})
+        # The router's predicted stragglers now (its critical path, at its straggler share)
+        # and how many trajectories it counts as running: how good its prediction was is
+        # read against the step's finish order afterwards.
+        path = self.last_state.get("critical_path") or {}
+        self.samples.append({"t_s": self.now(), **counts, "running": path.get("running", 0),
+                             "stragglers": [e["trajectory"] for e in path.get("stragglers") or []]})
         return counts
 
     async def sample_forever(self, every_s: float) -> None:

@@ -241,3 +241,27 @@ def test_tail_mechanism_names_the_last_trajectory_and_its_contention():
     [m] = stragglers.tail_mechanism(result)
     assert m["last"]["trajectory"] == rows[last][0] and m["last"]["contention"] == pytest.approx(3.0)
     assert m["tail_contention"] == pytest.approx(3.0) and m["rest_contention"] == pytest.approx(2.0)
+    assert (m["size"], m["tail_size"]) == (4, 1)
+    assert m["budget_cut"] == sum(sampler.planned_turns(i) < sampler.turn_count(i) for i in range(4, 8))
+    assert m["tail_budget_cut"] == int(sampler.planned_turns(4 + last) < sampler.turn_count(4 + last))
+
+
+def test_prediction_hits_read_the_sampled_stragglers_against_the_finish_order():
+    from benchmarks.experiments import stragglers
+
+    # 20 trajectories; the last tenth to finish (2 of them) are traj-18 and traj-19.
+    rows = [[f"traj-{i}", 3, 10.0 + i, 1.0] for i in range(20)]
+    samples = [
+        {"t_s": 0.0, "stragglers": []},                                        # nothing predicted yet
+        {"t_s": 60.0, "running": 20, "stragglers": ["traj-19", "traj-3"]},     # half right, before the tail
+        {"t_s": 120.0, "running": 16, "stragglers": ["traj-19", "traj-18"]},   # a fifth done: both right
+        {"t_s": 180.0, "running": 10, "stragglers": ["traj-5", "traj-6"]},     # both wrong
+        {"t_s": 240.0, "running": 4, "stragglers": ["traj-40"]},               # another step's
+    ]
+    result = {"steps": [{"step": 0}, {"step": 1, "trajectories": rows}], "samples": samples}
+    [h] = stragglers.prediction_hits(result)
+    assert (h["samples"], h["tail_samples"]) == (3, 2)
+    assert h["hits"] == pytest.approx((0.5 + 1 + 0) / 3) and h["tail_hits"] == pytest.approx(0.5)
+    result["samples"] = samples[:1]  # recorded before the harness kept them
+    [h] = stragglers.prediction_hits(result)
+    assert h["hits"] is None and h["tail_hits"] is None and h["samples"] == 0
