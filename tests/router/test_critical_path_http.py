@@ -28,22 +28,29 @@ async def _trajectory(c, url, tid, prompt, turns, env_s, expected=None):
         await asyncio.sleep(env_s)
 
 
-async def test_state_lists_the_trajectories_expected_to_finish_last():
+async def _two_steps(expected: dict[str, int] | None = None) -> tuple[dict, dict]:
+    """The critical path before and during a step: a finished step where every trajectory
+    took four turns, then three trajectories three turns in and one ("behind") only one;
+    ``expected``: X-Pearl-Expected-Turns for some of them."""
+    expected = expected or {}
     config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
                           straggler_share=0.25)
     async with emulators(2, "--time-scale", "20") as workers:
         async with httpx.AsyncClient(timeout=60) as c:
             async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
-                # A finished step: every trajectory took four turns.
                 await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
                                        for i in range(4)))
                 app[ROUTER].telemetry.drain()
                 before = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
-                # The next step: three trajectories are three turns in, one only one.
-                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01)
-                                       for i in range(3)),
+                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01,
+                                                   expected=expected.get(f"new-{i}")) for i in range(3)),
                                      _trajectory(c, url, "behind", [50] * 64, 1, 0.01))
-                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+                during = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    return before, during
+
+
+async def test_state_lists_the_trajectories_expected_to_finish_last():
+    before, state = await _two_steps()
     assert before == {"running": 0, "share": 0.25, "history_trajectories": 4, "stragglers": []}
     assert state["running"] == 4 and state["history_trajectories"] == 4
     [top] = state["stragglers"]
@@ -53,20 +60,9 @@ async def test_state_lists_the_trajectories_expected_to_finish_last():
 
 
 async def test_an_expected_turn_count_ranks_a_trajectory_as_the_client_says():
-    """Same history and progress as above, but the client says one of the three
-    trajectories that are three turns in will take ten: it is the straggler, not "behind"."""
-    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600,
-                          straggler_share=0.25)
-    async with emulators(2, "--time-scale", "20") as workers:
-        async with httpx.AsyncClient(timeout=60) as c:
-            async with running_router(regular=[u for u, _ in workers], config=config) as (url, app, _):
-                await asyncio.gather(*(_trajectory(c, url, f"old-{i}", [20 + i] * 64, 4, 0.01)
-                                       for i in range(4)))
-                app[ROUTER].telemetry.drain()
-                await asyncio.gather(*(_trajectory(c, url, f"new-{i}", [40 + i] * 64, 3, 0.01,
-                                                   expected=10 if i == 1 else 4) for i in range(3)),
-                                     _trajectory(c, url, "behind", [50] * 64, 1, 0.01))
-                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    """The client says one of the trajectories three turns in will take ten: it is the
+    straggler, not "behind"."""
+    _, state = await _two_steps({"new-0": 4, "new-1": 10, "new-2": 4})
     [top] = state["stragglers"]
     assert top["trajectory"] == "new-1" and top["turns_done"] == 3 and top["remaining_turns"] == 7
 
