@@ -50,6 +50,7 @@ from benchmarks.experiments import fixed
 from benchmarks.experiments.floor import over_floor, replay_config, trajectory_floor_s
 from benchmarks.experiments.report import md_table, write
 from benchmarks.experiments.runner import Job, arg_parser, results_name, run_jobs
+from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.emulator.profile import load_profile
 from pearl_sglang.workload.swe import SweSampler
 
@@ -126,7 +127,7 @@ def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def prediction_hits(result: dict[str, Any], *, tail_share: float = 0.2) -> list[dict[str, Any]]:
+def prediction_hits(result: dict[str, Any], *, tail_share: float = IsolationConfig.tail_share) -> list[dict[str, Any]]:
     """Per measured step: the share of the router's predicted stragglers (its critical path,
     sampled once a minute) that were among the step's last tenth to finish, averaged over
     the samples taken while the step ran, and over those once ``tail_share`` of its

@@ -69,9 +69,10 @@ class RemainingEstimate:
     remaining_turns: float
     remaining_tokens: float
     remaining_s: float
+    expected_turns: int | None = None  # the client's hint, when it sent one
 
     def to_dict(self) -> dict:
-        return {"trajectory": self.trajectory_id, "turns_done": self.turns_done,
+        return {"trajectory": self.trajectory_id, "turns_done": self.turns_done, "expected_turns": self.expected_turns,
                 "elapsed_s": round(self.elapsed_s, 6), "remaining_turns": round(self.remaining_turns, 6),
                 "remaining_tokens": round(self.remaining_tokens, 3), "remaining_s": round(self.remaining_s, 6)}
 
@@ -98,7 +99,7 @@ def estimate(progress: TrajectoryProgress, history: WorkloadHistory) -> Remainin
     tokens_per_turn = progress.tokens_so_far / k if k > 0 else 0.0
     return RemainingEstimate(trajectory_id=progress.trajectory_id, turns_done=k, elapsed_s=elapsed,
                              remaining_turns=turns, remaining_tokens=turns * max(0.0, tokens_per_turn),
-                             remaining_s=turns * per_turn)
+                             remaining_s=turns * per_turn, expected_turns=hint)
 
 
 def predicted_stragglers(progress: Iterable[TrajectoryProgress], history: WorkloadHistory, *,

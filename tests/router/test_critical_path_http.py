@@ -54,7 +54,7 @@ async def test_state_lists_the_trajectories_expected_to_finish_last():
     assert before == {"running": 0, "share": 0.25, "history_trajectories": 4, "stragglers": []}
     assert state["running"] == 4 and state["history_trajectories"] == 4
     [top] = state["stragglers"]
-    assert top["trajectory"] == "behind" and top["turns_done"] == 1
+    assert top["trajectory"] == "behind" and top["turns_done"] == 1 and top["expected_turns"] is None
     assert top["remaining_turns"] == 3 and top["remaining_tokens"] == 48
     assert top["remaining_s"] > 0
 
@@ -65,6 +65,7 @@ async def test_an_expected_turn_count_ranks_a_trajectory_as_the_client_says():
     _, state = await _two_steps({"new-0": 4, "new-1": 10, "new-2": 4})
     [top] = state["stragglers"]
     assert top["trajectory"] == "new-1" and top["turns_done"] == 3 and top["remaining_turns"] == 7
+    assert top["expected_turns"] == 10
 
 
 def test_straggler_flags_build_the_config_and_are_validated():
