@@ -68,6 +68,22 @@ async def test_an_expected_turn_count_ranks_a_trajectory_as_the_client_says():
     assert top["expected_turns"] == 10
 
 
+async def test_a_chat_turn_carries_its_expected_turn_count_too():
+    """The OpenAI routes read X-Pearl-Expected-Turns like /generate: a chat turn of a
+    trajectory the client expects to take 12 turns is listed with it."""
+    config = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600, straggler_share=1.0)
+    headers = {"X-Pearl-Trajectory-Id": "chat-1", "X-Pearl-Turn": "0", "X-Pearl-Expected-Turns": "12"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": True}
+    async with emulators(1, "--time-scale", "20") as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with running_router(regular=[u for u, _ in workers], config=config) as (url, _, _):
+                r = await c.post(url + "/v1/chat/completions", headers=headers, json=body)
+                assert r.status_code == 200, r.text
+                state = (await c.get(url + "/pearl/state", headers=ADMIN)).json()["critical_path"]
+    [only] = state["stragglers"]
+    assert only["trajectory"] == "chat-1" and only["expected_turns"] == 12 and only["remaining_turns"] == 11
+
+
 def test_straggler_flags_build_the_config_and_are_validated():
     import argparse
 
