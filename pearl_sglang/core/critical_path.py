@@ -11,9 +11,9 @@ Model. A trajectory's total turn count ``N`` is drawn from the workload's empiri
 distribution (the previous step's trajectories); having done ``k`` turns it still has
 ``E[N - k | N > k]`` turns to go, or one more turn when the history has none that long (a
 running trajectory is not known to be done). A client that knows how many turns a
-trajectory will take (``X-Pearl-Expected-Turns``: the task's turns in an earlier epoch, or
-its agent's turn limit) replaces the distribution: ``expected - k`` turns remain while
-``k < expected``; past it, the distribution answers again. Each remaining turn costs what this trajectory's
+trajectory will take (``X-Pearl-Expected-Turns``, e.g. the task's turns in an earlier
+epoch) replaces the distribution: ``expected - k`` turns remain while ``k < expected``;
+past it, the distribution answers again. Each remaining turn costs what this trajectory's
 turns have cost so far (decode and environment time, from ``elapsed_s / k``), blended with
 the workload's mean turn time as a prior worth one turn, and generates as many tokens as its
 turns have on average.
@@ -72,9 +72,10 @@ class RemainingEstimate:
     expected_turns: int | None = None  # the client's hint, when it sent one
 
     def to_dict(self) -> dict:
-        return {"trajectory": self.trajectory_id, "turns_done": self.turns_done, "expected_turns": self.expected_turns,
-                "elapsed_s": round(self.elapsed_s, 6), "remaining_turns": round(self.remaining_turns, 6),
-                "remaining_tokens": round(self.remaining_tokens, 3), "remaining_s": round(self.remaining_s, 6)}
+        return {"trajectory": self.trajectory_id, "turns_done": self.turns_done,
+                "expected_turns": self.expected_turns, "elapsed_s": round(self.elapsed_s, 6),
+                "remaining_turns": round(self.remaining_turns, 6), "remaining_tokens": round(self.remaining_tokens, 3),
+                "remaining_s": round(self.remaining_s, 6)}
 
 
 def expected_remaining_turns(turns_done: int, turn_counts: Iterable[int]) -> float:

@@ -94,3 +94,16 @@ def test_sequence_key_extends_the_prompt_key_without_rehashing_it():
             assert full_sequence_key(prompt, output, prefix_key(prompt, None)) == whole
             # the next turn's prompt starts with this sequence, so it shares these blocks
             assert prefix_key(prompt + output + [1] * TOKEN_BLOCK, None)[:len(whole)] == whole
+
+
+def test_an_expected_turn_count_is_kept_with_the_trajectory_and_never_keeps_it_alive():
+    col = TelemetryCollector(idle_s=30.0)
+    col.expect_turns("a", 12, now=100.0)   # before its first turn is sent
+    col.turn_began("a", 100.0)
+    col.expect_turns("a", 14, now=101.0)   # the latest word counts
+    [p] = col.progress(101.0)
+    assert (p.trajectory_id, p.expected_turns) == ("a", 14)
+    col.expect_turns("ghost", 5, now=100.0)  # a hint whose turn never comes
+    assert set(col.live(129.0)) == {"a", "ghost"} and set(col.live(131.0)) == {"a"}
+    col.drain()
+    assert col.progress(131.0) == ()
