@@ -217,11 +217,12 @@ async def measure(targets: list[Target], args: argparse.Namespace
                         await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                           max_requests=conc, max_s=2, expect=expect,
                                           max_new=args.max_new_tokens)
-                        cpu0 = router_agentic.cpu_now(t.pid, t.workers)
+                        # CPU per request only where the machine is saturated (max rps).
+                        cpu0 = router_agentic.cpu_now(t.pid, t.workers) if phase == "tp" else None
                         r = await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                               max_requests=max_req, max_s=max_s, expect=expect,
                                               max_new=args.max_new_tokens)
-                        if phase == "tp":
+                        if cpu0 is not None:
                             r.update(router_agentic.cpu_per_request(cpu0, router_agentic.cpu_now(t.pid, t.workers),
                                                                     r["n"]))
                         r.update(repeat=rep, mode=mode, phase=phase, concurrency=conc, target=t.name)

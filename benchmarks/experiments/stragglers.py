@@ -96,6 +96,11 @@ def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system:
     return Job(name, replace(base.config, seed=seed, **ALL_VARIANTS[variant]))
 
 
+def last_tenth(n: int) -> int:
+    """How many of a step's ``n`` trajectories its last tenth to finish holds (at least one)."""
+    return max(1, n // 10)
+
+
 def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Per measured step: the last trajectory to finish, its contention (seconds in
     requests over the same turns alone), the mean contention of the step's last tenth
@@ -117,7 +122,7 @@ def tail_mechanism(result: dict[str, Any]) -> list[dict[str, Any]]:
                           "contention": req / max(alone - alone_env, 1e-9), "floor_s": alone,
                           "budget_cut": sampler.planned_turns(index) < sampler.turn_count(index)})
         timed.sort(key=lambda t: -t["duration_s"])
-        k = max(1, len(timed) // 10)
+        k = last_tenth(len(timed))
         slowest_floor = max(timed, key=lambda t: t["floor_s"])["trajectory"]
         out.append({"step": step["step"], "last": timed[0], "last_is_floor_slowest": timed[0]["trajectory"] == slowest_floor,
                     "tail_contention": sum(t["contention"] for t in timed[:k]) / k,
@@ -138,8 +143,7 @@ def prediction_hits(result: dict[str, Any], *, tail_share: float = IsolationConf
         if not rows:
             continue
         ids = {r[0] for r in rows}
-        k = max(1, len(rows) // 10)
-        last = {r[0] for r in sorted(rows, key=lambda r: -(r[2] + r[3]))[:k]}
+        last = {r[0] for r in sorted(rows, key=lambda r: -(r[2] + r[3]))[:last_tenth(len(rows))]}
         every, tail = [], []
         for sample in result["samples"]:
             named = set(sample.get("stragglers") or ())
