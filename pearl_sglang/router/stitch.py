@@ -80,21 +80,26 @@ class Stitcher:
         self.attempts += 1
 
     def merged(self, *, e2e_latency: float | None = None) -> dict[str, Any]:
+        """The response so far, as one. A streaming client gets this for every chunk, so
+        what only a finished response carries (the weight-version spans) is built only then."""
         segments = [*self._done, self._current] if self._current.meta or not self._done else self._done
         first, last = segments[0], segments[-1]
-        spans: list[dict[str, Any]] = []
-        offset = 0
-        for seg in segments:
-            spans.extend(_spans(seg, offset))
-            offset += len(seg.output_ids)
+        output_ids = list(first.output_ids)
+        for seg in segments[1:]:
+            output_ids.extend(seg.output_ids)
         meta = dict(last.meta)
         meta["id"] = self.rid
         meta["prompt_tokens"] = first.meta.get("prompt_tokens", meta.get("prompt_tokens"))
         meta["cached_tokens"] = first.meta.get("cached_tokens", meta.get("cached_tokens"))
-        meta["completion_tokens"] = offset
-        meta["num_retractions"] = sum(s.meta.get("num_retractions", 0) or 0 for s in segments)
+        meta["completion_tokens"] = len(output_ids)
+        meta["num_retractions"] = sum([s.meta.get("num_retractions", 0) or 0 for s in segments])
         reason = meta.get("finish_reason")
         if reason is not None:
+            spans: list[dict[str, Any]] = []
+            offset = 0
+            for seg in segments:
+                spans.extend(_spans(seg, offset))
+                offset += len(seg.output_ids)
             meta["weight_versions"] = merge_spans(spans)
             if reason.get("type") == "length" and len(segments) > 1:
                 meta["finish_reason"] = {**reason, "length": offset}
@@ -105,14 +110,15 @@ class Stitcher:
         else:
             meta.pop("e2e_latency", None)
         for key in _CONCATENATED_META:
-            if any(key in s.meta for s in segments):
-                meta[key] = [x for s in segments for x in (s.meta.get(key) or [])]
+            parts = [s.meta[key] for s in segments if key in s.meta]
+            if parts:
+                meta[key] = [x for part in parts for x in (part or [])]
         if "output_token_logprobs_length" in meta:
             meta["output_token_logprobs_length"] = len(meta.get("output_token_logprobs") or [])
         if self.attempts > 1:
             meta["pearl_attempts"] = self.attempts
         return {
-            "text": "".join(s.text for s in segments),
-            "output_ids": [t for s in segments for t in s.output_ids],
+            "text": first.text if len(segments) == 1 else "".join([s.text for s in segments]),
+            "output_ids": output_ids,
             "meta_info": meta,
         }
