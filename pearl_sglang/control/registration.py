@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from pearl_sglang.control.weights import NoDiskCopy, sync_worker
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
@@ -70,6 +71,13 @@ class WorkerSpec:
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"worker URL must start with http:// or https://: {self.url!r}")
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # raises for a port out of range
+        except ValueError as e:
+            raise ValueError(f"worker URL {self.url!r} is malformed: {e}") from None
+        if not parts.hostname:
+            raise ValueError(f"worker URL has no host: {self.url!r}")
         if self.role is Role.TRAINING:
             raise ValueError("a registered worker is prefill, decode or regular")
         if self.bootstrap_port is not None and not 0 < self.bootstrap_port < 65536:

@@ -104,6 +104,8 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
     body = await _json_body(request)
     if not isinstance(body, dict):
         raise BadRequest({"error": {"message": "request body must be a JSON object"}})
+    if not isinstance(body.get("stream_options") or {}, dict):
+        raise BadRequest({"error": {"message": "stream_options must be an object"}})
     codec, ctx = worker.codec, worker.engine.context_length
     if chat:
         messages = body.get("messages")

@@ -98,8 +98,13 @@ def _message(msg: str) -> BadRequest:
     return BadRequest({"error": {"message": msg}})
 
 
-def _per_item(value: Any, i: int) -> Any:
-    return value[i] if isinstance(value, list) else value
+def _per_item(body: dict, key: str, i: int, count: int) -> Any:
+    value = body.get(key)
+    if not isinstance(value, list):
+        return value
+    if len(value) != count:
+        raise _message(f"{key} list must have one entry per request ({count}), got {len(value)}")
+    return value[i]
 
 
 def _prompt(ids: "list[int] | PromptIds") -> "tuple[int, ...] | PromptIds":
@@ -159,15 +164,15 @@ def parse_generate(body: Any, codec: TextCodec) -> ParsedGenerate:
     if priority is not None and (type(priority) is not int or not -(1 << 63) <= priority < (1 << 63)):
         raise _message("priority must be a signed 64-bit integer "
                        "between -9223372036854775808 and 9223372036854775807")
-    host, port, room = body.get("bootstrap_host"), body.get("bootstrap_port"), body.get("bootstrap_room")
+    room = body.get("bootstrap_room")
     items = []
     for i in range(count):
-        h, p, r = _per_item(host, i), _per_item(port, i), _per_item(room, i)
+        h, p, r = (_per_item(body, key, i, count) for key in ("bootstrap_host", "bootstrap_port", "bootstrap_room"))
         if r is not None and not isinstance(room, list):
             r = room + i
         boot = Bootstrap(str(h), p, r) if h is not None or r is not None else None
         items.append(GenerateRequest(rid=rids[i], input_ids=_prompt(prompts[i]), sampling=sampling[i],
-                                     bootstrap=boot, return_logprob=bool(_per_item(body.get("return_logprob"), i)),
+                                     bootstrap=boot, return_logprob=bool(_per_item(body, "return_logprob", i, count)),
                                      return_prompt_token_ids=body.get("return_prompt_token_ids") is True,
                                      priority=priority))
     return ParsedGenerate(tuple(items), is_batch, bool(body.get("stream")))

@@ -64,14 +64,15 @@ class GenerateCall:
     stream: bool
 
 
-def _int_field(params: Mapping[str, Any], key: str, lo: int, hi: int | None, where: str) -> None:
+def _int_field(params: Mapping[str, Any], key: str, lo: int, hi: int | None, where: str,
+               limit: str | None = None) -> None:
     if key not in params:
         return
     value = params[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{where}.{key} must be an integer, got {type(value).__name__}")
     if value < lo or (hi is not None and value > hi):
-        kind = f"limit_{key}" if hi is not None and value > hi else None
+        kind = (limit or f"limit_{key}") if hi is not None and value > hi else None
         raise BadRequest(f"{where}.{key} must be in [{lo}, {hi if hi is not None else 'inf'}], "
                          f"got {value}", kind=kind)
 
@@ -112,7 +113,7 @@ def _sampling_list(body: Mapping[str, Any], count: int, limits: Limits) -> list[
         raise BadRequest("'sampling_params' must be an object or a list of objects, one per prompt")
     for p in params:
         _int_field(p, "max_new_tokens", 0, limits.max_new_tokens, "sampling_params")
-        _int_field(p, "min_new_tokens", 0, None, "sampling_params")
+        _int_field(p, "min_new_tokens", 0, limits.max_new_tokens, "sampling_params", limit="limit_max_new_tokens")
         _int_field(p, "n", 1, limits.max_n, "sampling_params")
         _int_field(p, "stream_interval", 1, None, "sampling_params")
     return params
@@ -152,7 +153,9 @@ def parse_generate(body: Any, limits: Limits, ids_checked: bool = False) -> Gene
     per_item = {k: v for k, v in body.items() if k in _PER_ITEM_FIELDS}
     shared = {k: v for k, v in body.items() if k not in _ROUTER_OWNED and k not in _PER_ITEM_FIELDS}
     for key, value in per_item.items():
-        if isinstance(value, list) and is_batch and len(value) != len(prompts):
+        if isinstance(value, list) and not is_batch:
+            raise BadRequest(f"'{key}' is a list, but a list (one entry per prompt) is for a batch only")
+        if isinstance(value, list) and len(value) != len(prompts):
             raise BadRequest(f"'{key}' list must have one entry per prompt")
     expanded: list[tuple[int, tuple, dict[str, Any], dict[str, Any]]] = []
     for i, (prompt, params) in enumerate(zip(prompts, sampling)):

@@ -115,14 +115,17 @@ async def _read_raw(request: web.Request) -> bytes:
     ctype = request.headers.get("Content-Type", "application/json")
     if "json" not in ctype:
         raise BadRequest(f"Content-Type must be application/json, got {ctype!r}")
-    if request.content.is_eof():  # all of it arrived with the head: nothing to wait for
-        raw = await request.read()
-    else:
-        timeout_s = request.app[ROUTER].config.connections.body_timeout_s
-        try:
-            raw = await asyncio.wait_for(request.read(), timeout_s)
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
+    try:
+        if request.content.is_eof():  # all of it arrived with the head: nothing to wait for
+            raw = await request.read()
+        else:
+            timeout_s = request.app[ROUTER].config.connections.body_timeout_s
+            try:
+                raw = await asyncio.wait_for(request.read(), timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s") from None
+    except web.RequestPayloadError as e:  # e.g. a Content-Encoding the body does not decode by
+        raise BadRequest(f"the body could not be read: {e.__cause__ or e}") from e
     if not raw.strip():
         raise BadRequest("the body is empty; a JSON object is required")
     return raw

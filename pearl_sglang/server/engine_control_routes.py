@@ -14,7 +14,8 @@ they become PEARL-level operations:
 * ``/continue_generation``: the gate opens; held requests proceed.
 * ``/update_weights_from_disk``: the control plane's weight update (every worker, and the
   snapshot later joiners are synced to), after aborting the requests in flight when
-  ``abort_all_requests`` asks for it, as SGLang does.
+  ``abort_all_requests`` asks for it, as SGLang does; 400 with ``success: false`` when no
+  worker could load the checkpoint.
 """
 from __future__ import annotations
 
@@ -72,10 +73,13 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     version = _opt_str(body, "weight_version") or path
     if abort_all:
         await _abort_in_flight(request.app[ROUTER])
-    answer = await _run(orch.update_weights(snapshot=WeightSnapshot(
-        version=version, model_path=path, load_format=_opt_str(body, "load_format"))))
+    answer = json.loads((await _run(orch.update_weights(snapshot=WeightSnapshot(
+        version=version, model_path=path, load_format=_opt_str(body, "load_format"))))).text)
+    if not answer["applied"]:  # as SGLang answers a load that failed: 400, success false
+        return web.json_response({"success": False, "num_paused_requests": 0, "pearl": answer,
+                                  "message": f"no worker loaded {path!r}: {answer['workers']}"}, status=400)
     return web.json_response({"success": True, "message": "weights updated", "num_paused_requests": 0,
-                              "pearl": json.loads(answer.text)})
+                              "pearl": answer})
 
 
 def add_engine_control_routes(app: web.Application) -> None:

@@ -189,7 +189,7 @@ def _pearl_fields(extra: Any) -> tuple[Zone, Capabilities]:
     if not isinstance(extra, dict):
         raise Unprocessable("'pearl' must be an object {zone, memory_saver, pd_role_switch}")
     zone = extra.get("zone", "dedicated")
-    if zone not in ZONES:
+    if not isinstance(zone, str) or zone not in ZONES:
         raise Unprocessable(f"'pearl.zone' must be one of {sorted(ZONES)}, got {zone!r}")
     flags = {}
     for key in ("memory_saver", "pd_role_switch"):
@@ -205,9 +205,9 @@ def _spec(request: web.Request, *, url: Any, worker_type: Any, bootstrap_port: A
         raise Unprocessable("'url' is required and must be a string")
     if worker_type is None:
         worker_type = "regular"
-    if worker_type not in WORKER_TYPES:
+    if not isinstance(worker_type, str) or worker_type not in WORKER_TYPES:
         raise Unprocessable(f"'worker_type' must be one of {sorted(WORKER_TYPES)}, got {worker_type!r}")
-    if isinstance(bootstrap_port, str) and bootstrap_port.isdigit():
+    if isinstance(bootstrap_port, str) and bootstrap_port.isascii() and bootstrap_port.isdigit():
         bootstrap_port = int(bootstrap_port)
     if bootstrap_port is not None and (isinstance(bootstrap_port, bool) or not isinstance(bootstrap_port, int)):
         raise Unprocessable("'bootstrap_port' must be an integer or null")

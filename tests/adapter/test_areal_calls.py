@@ -66,4 +66,8 @@ async def test_pause_modes_other_than_abort_are_refused(tiny_model_dir):
         assert r.status_code == 400 and "retract" in r.json()["error"]["message"]
         r = await client.post(c.url + "/update_weights_from_disk", json={"abort_all_requests": True})
         assert r.status_code == 400 and "model_path" in r.json()["error"]["message"]
+        # A checkpoint no worker can load is a failure, as SGLang answers it (it was once a 200).
+        r = await client.post(c.url + "/update_weights_from_disk", json={"model_path": "/no/such/checkpoint"})
+        assert r.status_code == 400 and r.json()["success"] is False, r.text
+        assert r.json()["pearl"]["applied"] is False and "/no/such/checkpoint" in r.json()["message"]
         assert c.app[ROUTER].gate.is_open

@@ -69,6 +69,14 @@ async def test_validation_errors(model_dir, session, emu) -> None:
             assert r.status == 200
         async with session.get(f"{url}/get_load") as r:
             assert r.status == 404  # not in 0.5.23
+        # Found by the malformed-request fuzz: these crashed the handler (a 500, or a
+        # stream cut after its first bytes) instead of a 400 before anything started.
+        for bad in ({"text": "x", "return_logprob": []}, {"text": ["a", "b"], "return_logprob": [True]}):
+            async with session.post(f"{url}/generate", json=bad) as r:
+                assert r.status == 400 and "one entry per request" in (await r.json())["error"]["message"]
+        bad = {"messages": [{"role": "user", "content": "hi"}], "n": 2, "stream": True, "stream_options": "x"}
+        async with session.post(f"{url}/v1/chat/completions", json=bad) as r:
+            assert r.status == 400 and "stream_options" in (await r.json())["error"]["message"]
 
 
 async def test_openai_endpoints(model_dir, emu) -> None:

@@ -38,6 +38,10 @@ past_limits = st.sampled_from([
     {"max_tokens": 10_000_000}, {"max_completion_tokens": 10_000_000}, {"n": 1000}, {"n": 0}, {"n": "3"},
     {"rid": "r" * 300}, {"prompt": ["a"] * 600}, {"input_ids": [[1]] * 600}, {"stream": "yes"},
     {"messages": []}, {"messages": "hi"}, {"max_tokens": -1}, {"max_tokens": 1.5},
+    # Each was a 500, a worker crash mid-stream or a leaked in-flight entry once.
+    {"rid": []}, {"rid": ["d", "d"], "n": 2}, {"stream_options": "x"}, {"stream_options": [1]},
+    {"min_tokens": "x"}, {"min_tokens": 1e300}, {"sampling_params": {"min_new_tokens": 1e300}},
+    {"return_logprob": []}, {"lora_path": ["a", "b"]},
 ])
 # Bytes HTTP allows in a header value (visible ASCII, space, obs-text); others are the HTTP
 # parser's to refuse before any handler runs.

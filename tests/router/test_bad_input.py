@@ -1,6 +1,8 @@
 """Every malformed request gets a 4xx JSON error that names the problem; none is a 500."""
 from __future__ import annotations
 
+import gzip
+
 import httpx
 import pytest
 
@@ -28,6 +30,10 @@ async def _post(url, **kw):
     (b'{"text": ["a", "b"], "rid": ["only-one"]}', "application/json", "'rid'"),
     (b'{"text": "x", "input_embeds": [[0.1]]}', "application/json", "input_embeds"),
     (b'{"text": "x"}', "text/plain", "Content-Type"),
+    (b'{"text": "x", "return_logprob": []}', "application/json", "for a batch only"),
+    (b'{"text": ["a", "b"], "return_logprob": [true]}', "application/json", "one entry per prompt"),
+    (b'{"text": "x", "sampling_params": {"min_new_tokens": "3"}}', "application/json", "integer"),
+    (b'{"text": "x", "sampling_params": {"min_new_tokens": 1e300}}', "application/json", "integer"),
 ])
 async def test_generate_rejects_malformed(content, ctype, fragment):
     async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
@@ -39,6 +45,7 @@ async def test_generate_rejects_malformed(content, ctype, fragment):
 @pytest.mark.parametrize("params,limit", [
     ({"max_new_tokens": 10_000_000}, "limit_max_new_tokens"),
     ({"n": 1000}, "limit_n"),
+    ({"min_new_tokens": 10_000_000}, "limit_max_new_tokens"),
 ])
 async def test_limits_are_named(params, limit):
     async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
@@ -175,6 +182,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
     ("/v1/completions", {"prompt": "hi", "max_tokens": 10_000_000}, "limit_max_new_tokens"),
     ("/v1/completions", {"prompt": ["a"] * 300, "n": 2}, "limit_max_batch_size"),
     ("/v1/completions", {"prompt": [[1, 2]] * 513}, "limit_max_batch_size"),
+    ("/v1/chat/completions", {**CHAT, "min_tokens": 10_000_000}, "limit_max_new_tokens"),
     ("/v1/chat/completions", {**CHAT, "rid": "r" * 300}, "limit_max_rid_length"),
     ("/abort_request", {"rid": "r" * 300}, "limit_max_rid_length"),
 ])
@@ -192,6 +200,16 @@ async def test_openai_and_abort_endpoints_apply_the_documented_limits(path, body
     ("/v1/chat/completions", {**CHAT, "stream": "yes"}, "'stream'"),
     ("/v1/completions", {"prompt": 5}, "'prompt'"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": True}, "'max_tokens'"),
+    # Found by the malformed-request fuzz: each of these was a 500, a worker crashed
+    # mid-stream (and its circuit opened), or a repeated rid leaked in-flight load.
+    ("/v1/chat/completions", {**CHAT, "rid": []}, "'rid'"),
+    ("/v1/chat/completions", {**CHAT, "n": 2, "rid": ["dup", "dup"]}, "repeat"),
+    ("/v1/completions", {"prompt": ["a", "b"], "rid": ["dup", "dup"]}, "repeat"),
+    ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": "yes"}, "'stream_options'"),
+    ("/v1/chat/completions", {**CHAT, "n": 2, "stream": True, "stream_options": [1]}, "'stream_options'"),
+    ("/v1/completions", {"prompt": "hi", "stream_options": 3}, "'stream_options'"),
+    ("/v1/chat/completions", {**CHAT, "min_tokens": "x"}, "'min_tokens'"),
+    ("/v1/chat/completions", {**CHAT, "min_tokens": 1e300}, "'min_tokens'"),
 ])
 async def test_openai_bodies_are_checked(path, body, fragment):
     async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
@@ -207,3 +225,21 @@ async def test_an_empty_completion_prompt_is_a_400_not_a_502(body, fragment):
         r = await _post(url + "/v1/completions", json=body)
     assert r.status_code == 400, r.text
     assert fragment in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_body_that_does_not_decode_by_its_content_encoding_is_a_400(encoding):
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        r = await _post(url + "/generate", content=b'{"text": "hi"}',
+                        headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+    assert r.status_code == 400, r.text
+    assert "could not be read" in r.json()["error"]["message"]
+
+
+async def test_a_gzip_body_is_read():
+    async with emulator() as (worker, _), running_router(regular=[worker]) as (url, _, _):
+        body = gzip.compress(b'{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}')
+        r = await _post(url + "/generate", content=body,
+                        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["output_ids"]) == 2

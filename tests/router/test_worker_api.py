@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import replace
 
 import httpx
+import pytest
 
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.processes import free_port
@@ -143,6 +144,29 @@ async def test_bad_input_answers_like_sglang_router():
                 assert (await c.post(base + "/add_worker")).status_code == 422
                 r = await c.post(base + "/remove_worker", params={"url": "http://127.0.0.1:1"})
                 assert r.status_code == 400
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ({"worker_type": ["prefill"]}, "worker_type"),
+    ({"worker_type": {"prefill": 1}}, "worker_type"),
+    ({"pearl": {"zone": ["elastic"]}}, "pearl.zone"),
+    ({"pearl": {"zone": {}}}, "pearl.zone"),
+    ({"worker_type": "prefill", "bootstrap_port": "\u00b2"}, "bootstrap_port"),
+    ({"url": "http://[::1"}, "malformed"),
+    ({"url": "http://127.0.0.1:99999"}, "malformed"),
+    ({"url": "http://"}, "no host"),
+])
+async def test_malformed_registrations_are_4xx_not_500(body, fragment):
+    """Found by the malformed-request fuzz: each of these was a 500."""
+    dead = "http://127.0.0.1:9"
+    async with running_router(regular=[dead], config=_config()) as (base, _, _):
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(base + "/workers", json={"url": dead, **body})
+            assert r.status_code in (400, 422) and fragment in r.text, r.text
+            legacy = {k: v for k, v in {"url": dead, **body}.items() if isinstance(v, str)}
+            if "bootstrap_port" in body or "url" in body:
+                r = await c.post(base + "/add_worker", params=legacy)
+                assert r.status_code in (400, 422) and fragment in r.text, r.text
 
 
 async def test_worker_that_never_turns_healthy_is_not_admitted():
