@@ -185,6 +185,9 @@ class RouterConfig:
         conn.add_argument("--body-timeout-s", type=float, default=ConnectionLimits.body_timeout_s,
                           help="a request's body must arrive within this (408 otherwise)")
         conn.add_argument("--max-connections-per-client", type=int, default=ConnectionLimits.max_per_client)
+        conn.add_argument("--shutdown-grace-s", type=float, default=ConnectionLimits.shutdown_grace_s,
+                          help="on SIGTERM, requests in flight may finish within this; then they are "
+                               "aborted and answer with their output so far")
         conn.add_argument("--max-connections", type=int, default=None,
                           help="client connections in all (default: half of what the descriptor limit "
                                "leaves after a reserve)")
@@ -229,7 +232,8 @@ class RouterConfig:
             limits=Limits.from_cli_args(args),
             connections=ConnectionLimits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
                                          max_per_client=args.max_connections_per_client,
-                                         max_total=args.max_connections),
+                                         max_total=args.max_connections,
+                                         shutdown_grace_s=args.shutdown_grace_s),
             dispatch=DispatchConfig(max_attempts=args.max_attempts,
                                     internal_stream_interval=args.internal_stream_interval,
                                     route_wait_s=args.route_wait_s, arriving_wait_s=args.arriving_wait_s),

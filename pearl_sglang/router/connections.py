@@ -59,12 +59,17 @@ class ConnectionLimits:
     # rollouts at once; the cap is there to stop one address from taking all descriptors.
     max_per_client: int = 4096
     max_total: int | None = None  # None: derived from the descriptor limit at start
+    # On SIGTERM: how long requests in flight may take before they are aborted with their
+    # output so far (server.stopping).
+    shutdown_grace_s: float = 30.0
 
     def validate(self) -> None:
         if not (self.header_timeout_s > 0 and self.body_timeout_s > 0) or self.max_per_client < 1:
             raise ValueError("connection timeouts must be > 0 and max_per_client >= 1")
         if self.max_total is not None and self.max_total < 1:
             raise ValueError("max_total must be >= 1")
+        if self.shutdown_grace_s < 0:
+            raise ValueError("shutdown_grace_s must be >= 0")
 
 
 def _refusal(message: str) -> bytes:
@@ -178,9 +183,10 @@ class GuardedTCPSite(web.TCPSite):
 
 
 async def start_site(app: web.Application, guard: ConnectionGuard, host: str, port: int,
-                     backlog: int = 4096) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` through ``guard``; returns the runner (to clean up) and the bound port."""
-    runner = web.AppRunner(app, access_log=None)
+                     backlog: int = 4096, close_s: float = 60.0) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` through ``guard``; returns the runner (to clean up) and the bound port.
+    ``close_s``: how long the runner's clean-up waits for handlers still running."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=close_s)
     await runner.setup()
     site = GuardedTCPSite(runner, host, port, guard, backlog=backlog)
     await site.start()

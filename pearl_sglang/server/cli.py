@@ -38,6 +38,7 @@ from pearl_sglang.router.connections import raise_descriptor_limit, start_site
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.router.stall import stall_bound_s
 from pearl_sglang.server.compose import build_app
+from pearl_sglang.server.stopping import stop_serving
 from pearl_sglang.state_store import StateStore
 
 
@@ -101,6 +102,8 @@ def _loop_factory():
 # start-up objects frozen and these thresholds, 0.04 s (7 young collections; a young
 # threshold of 50,000 measured the same, so the smaller one is kept).
 GC_THRESHOLDS = (20_000, 10, 10)
+# Once the grace is over and what ran is aborted, handlers have this long to answer.
+CLOSE_S = 5.0
 
 
 def settle_heap() -> None:
@@ -113,7 +116,7 @@ def settle_heap() -> None:
 
 async def _serve(app: web.Application, host: str, port: int) -> None:
     """Like ``web.run_app``, through the connection guard; SIGINT/SIGTERM stop it cleanly."""
-    runner, _ = await start_site(app, app[ROUTER].connections, host, port)
+    runner, _ = await start_site(app, app[ROUTER].connections, host, port, close_s=CLOSE_S)
     settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -122,5 +125,5 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        await stop_serving(runner, app[ROUTER].config.connections.shutdown_grace_s)
 

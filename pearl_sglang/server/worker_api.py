@@ -35,7 +35,7 @@ from pearl_sglang.control.registration import (
 )
 from pearl_sglang.core.registered import GPU_PREFIX
 from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
-from pearl_sglang.router.errors import BadRequest, Conflict, RouterError
+from pearl_sglang.router.errors import BadRequest, Conflict, RouterError, ServiceUnavailable
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
 
@@ -112,9 +112,31 @@ class WorkerApi:
                 job.update(status="failed", message=repr(e))
                 log.exception("%s %s failed", job_type, url)
 
-        task = asyncio.ensure_future(body())
+        self._track(body())
+
+    async def wait(self, url: str, coro) -> None:
+        """Run a registration the caller waits for (the legacy calls); a router that stops
+        cancels it, and the caller hears why instead of a cut connection."""
+        task = self._track(coro)
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the caller itself was cancelled
+            raise ServiceUnavailable(f"the router is stopping; {url} was not added", kind="stopping") from None
+
+    def cancel_all(self) -> list[asyncio.Task]:
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    def _track(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
 
 WORKER_API = web.AppKey("pearl_worker_api", WorkerApi)
@@ -320,7 +342,7 @@ async def add_worker(request: web.Request) -> web.Response:
     api = _api(request)
     api.id_of(spec.url)
     try:
-        await api.registrar.add(spec)
+        await api.wait(normalize(spec.url), api.registrar.add(spec))
     except AlreadyRegistered as e:
         return web.Response(status=400, text=f"Worker {normalize(spec.url)} already exists: {e}")
     except RegistrationError as e:
@@ -354,10 +376,7 @@ def worker_api_ctx(make_registrar):
             if w.endpoint:
                 app[WORKER_API].id_of(w.endpoint)
         yield
-        tasks = list(app[WORKER_API].tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*app[WORKER_API].cancel_all(), return_exceptions=True)
 
     return ctx
 

@@ -1,0 +1,45 @@
+"""Stopping the router (SIGTERM, SIGINT) without losing what it accepted.
+
+The listening socket closes at once and each keep-alive connection closes after its
+answer, so no new request arrives. Requests in flight get ``grace_s`` to finish; those
+still running then are aborted as a client's abort would be: each answers with its output
+so far and finish reason ``abort``, and a trainer resubmits prompt + partial output as it
+does after ``/pause_generation``. Worker registrations still waiting for their worker are
+cancelled at once (a legacy ``/add_worker`` answers 503). Only then does aiohttp close
+what is left, within the runner's ``close_s``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from pearl_sglang.router.drain import abort
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.server.worker_api import WORKER_API
+
+log = logging.getLogger("pearl.router")
+
+POLL_S = 0.05
+
+
+async def stop_serving(runner: web.AppRunner, grace_s: float) -> None:
+    app = runner.app
+    st = app[ROUTER]
+    for site in list(runner.sites):
+        await site.stop()
+    if runner.server is not None:
+        runner.server.pre_shutdown()
+    if WORKER_API in app:  # a worker added now would serve nobody
+        app[WORKER_API].cancel_all()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    while len(st.inflight) and loop.time() < deadline:
+        await asyncio.sleep(POLL_S)
+    left = st.inflight.matching(None)
+    if left:
+        log.warning("stopping: %d requests still running after %.0f s; aborting them "
+                    "(each answers with its output so far)", len(left), grace_s)
+        await abort(st, left)
+    await runner.cleanup()

@@ -1,0 +1,118 @@
+"""Stopping the router: requests in flight finish within the grace or answer with their
+output so far; waiting registrations answer 503; nothing waits for aiohttp's 60 s."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from pearl_sglang.control.attach import attached_table
+from pearl_sglang.control.processes import free_port
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.connections import start_site
+from pearl_sglang.router.state import ROUTER
+from pearl_sglang.server.compose import build_app
+from pearl_sglang.server.stopping import stop_serving
+from pearl_sglang.state_store import StateStore
+from tests.support.emulated import emulator
+
+SLOW = ("--time-scale", "1")  # ~4 ms a token: 8,000 tokens take half a minute
+DEAD_WORKER = "http://127.0.0.1:9"  # discard port: nothing listens there
+
+
+def _gen(n: int) -> dict:
+    return {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
+
+
+async def _in_flight(app, count: int) -> None:
+    for _ in range(400):
+        if len(app[ROUTER].inflight) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} requests never became in flight")
+
+
+async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_output():
+    async with emulator(*SLOW) as (worker, _):
+        app = build_app(RouterConfig(health_interval_s=3600), StateStore(attached_table(regular=(worker,))))
+        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=60) as c:
+            long = asyncio.ensure_future(c.post(url + "/generate", json=_gen(8000)))
+            streamed = asyncio.ensure_future(c.post(url + "/generate", json={**_gen(8000), "stream": True}))
+            short = asyncio.ensure_future(c.post(url + "/generate", json=_gen(50)))
+            await _in_flight(app, 3)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await stop_serving(runner, grace_s=1.5)
+            took = loop.time() - started
+            done = (await short).json()
+            assert done["meta_info"]["finish_reason"]["type"] == "length" and len(done["output_ids"]) == 50
+            cut = (await long).json()
+            assert cut["meta_info"]["finish_reason"]["type"] == "abort"
+            assert 0 < len(cut["output_ids"]) < 8000
+            events = [line for line in (await streamed).text.splitlines() if line.startswith("data: {")]
+            assert '"abort"' in events[-1] and (await streamed).text.rstrip().endswith("data: [DONE]")
+            assert 1.5 <= took < 5, took
+            assert len(app[ROUTER].inflight) == 0
+            with pytest.raises(httpx.ConnectError):
+                await c.post(url + "/generate", json=_gen(1))
+
+
+async def test_stop_answers_a_waiting_legacy_registration_with_503_at_once():
+    app = build_app(RouterConfig(health_interval_s=3600), StateStore(attached_table()))
+    runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(timeout=60) as c:
+        # Nothing listens there: the registration waits for the worker's health.
+        pending = asyncio.ensure_future(c.post(url + "/add_worker", params={"url": DEAD_WORKER}))
+        await asyncio.sleep(0.5)
+        assert not pending.done()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await stop_serving(runner, grace_s=30)
+        r = await pending
+        assert loop.time() - started < 3
+        assert r.status_code == 503 and "stopping" in r.json()["error"]["message"], r.text
+
+
+async def test_sigterm_stops_the_router_process_within_its_grace():
+    port = free_port()
+    async with emulator(*SLOW) as (worker, _), httpx.AsyncClient(timeout=60) as c:
+        proc = subprocess.Popen([sys.executable, "-m", "pearl_sglang.router", "--port", str(port),
+                                 "--worker-urls", worker, "--shutdown-grace-s", "1", "--log-level", "WARNING"],
+                                env=dict(os.environ), stderr=subprocess.PIPE)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while True:
+                try:
+                    if (await c.get(base + "/health")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None and loop.time() < deadline
+                await asyncio.sleep(0.2)
+            long = asyncio.ensure_future(c.post(base + "/generate", json=_gen(8000)))
+            registering = asyncio.ensure_future(c.post(base + "/add_worker", params={"url": DEAD_WORKER}))
+            await asyncio.sleep(1.0)
+            started = loop.time()
+            proc.send_signal(signal.SIGTERM)
+            while proc.poll() is None and loop.time() - started < 20:
+                await asyncio.sleep(0.1)
+            took = loop.time() - started
+            assert proc.returncode == 0, proc.stderr.read().decode()[-2000:]
+            assert took < 8, took
+            cut = (await long).json()
+            assert cut["meta_info"]["finish_reason"]["type"] == "abort" and cut["output_ids"]
+            assert (await registering).status_code == 503
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(20)
