@@ -39,6 +39,7 @@ from pearl_sglang.core.policy import DecisionConfig
 from pearl_sglang.core.pool_usage import UsageThresholds
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import ProfileFit
+from pearl_sglang.core.state import is_gpu_id
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
 
@@ -125,7 +126,7 @@ class Zones:
     def validate(self, tp_size: int) -> None:
         for name, gpus in (("dedicated", self.dedicated), ("overlap", self.overlap)):
             for gpu in gpus:
-                if not isinstance(gpu, str) or ":" not in gpu:
+                if not is_gpu_id(gpu):
                     raise ConfigError(f"zones.{name}: GPU ids look like 'node:index', got {gpu!r}")
         both = set(self.dedicated) & set(self.overlap)
         if both:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -26,6 +27,9 @@ from pearl_sglang.workers.client import WorkerClient
 log = logging.getLogger("pearl.control")
 
 BACKENDS = ("gloo", "nccl")
+# A host name, an IPv4 address or an IPv6 one (bracketed or not): what torch.distributed's
+# rendezvous takes, and nothing with spaces, control characters or a scheme.
+_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 DTYPES = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64",
                     "float8_e4m3fn", "float8_e5m2", "bool"})
 
@@ -64,8 +68,9 @@ class GroupSpec:
     def validate(self) -> None:
         if not self.group_name or len(self.group_name) > 128:
             raise InvalidGroupRequest("'group_name' must be a non-empty string of at most 128 characters")
-        if not self.master_address:
-            raise InvalidGroupRequest("'master_address' must be the trainer's address (rank 0)")
+        if not _ADDRESS.fullmatch(self.master_address):
+            raise InvalidGroupRequest("'master_address' must be the trainer's host name or IP address "
+                                      f"(rank 0), got {self.master_address!r}")
         if not 0 < self.master_port < 65536:
             raise InvalidGroupRequest("'master_port' must be a TCP port in 1..65535")
         if self.backend not in BACKENDS:

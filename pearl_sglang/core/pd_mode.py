@@ -14,9 +14,14 @@ AUTO, COLOCATED, DISAGGREGATED = "auto", "colocated", "disaggregated"
 
 def _ratio(text: str) -> tuple[int, int] | None:
     p, sep, d = text.partition(":")
-    if sep and p.isdigit() and d.isdigit() and int(p) > 0 and int(d) > 0:
+    if sep and _count(p) and _count(d):
         return int(p), int(d)
     return None
+
+
+def _count(text: str) -> bool:
+    """1..9999 in ASCII digits (``str.isdigit`` also takes '²', which ``int`` refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 4 and int(text) > 0
 
 
 class PdMode(str):

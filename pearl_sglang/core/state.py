@@ -146,6 +146,16 @@ def _opt_str(v: Any, key: str) -> str | None:
     return None if v is None else _str(v, key)
 
 
+def is_gpu_id(value: Any) -> bool:
+    """``node:index``: a node name (ASCII letters, digits, '.', '_', '-'; a host name or a
+    label) and the GPU's index on that node."""
+    if not isinstance(value, str) or not value.isascii():
+        return False
+    node, sep, index = value.rpartition(":")
+    return (bool(sep) and 0 < len(node) <= 128 and node[0].isalnum()
+            and all(c.isalnum() or c in "._-" for c in node) and index.isdigit() and len(index) <= 4)
+
+
 def gpu_node(gpu: str) -> str:
     """Node part of a GPU id ``"node0:3"``; TP groups never span nodes."""
     return gpu.rsplit(":", 1)[0] if ":" in gpu else ""

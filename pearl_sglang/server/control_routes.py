@@ -17,6 +17,7 @@ from pearl_sglang.control.weight_pushes import NoActiveWorker
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.errors import CoreError, InvalidConfig
 from pearl_sglang.core.pd_mode import PdMode
+from pearl_sglang.core.state import is_gpu_id
 from pearl_sglang.router.errors import BadRequest, Conflict, NotFound, RouterError, ServiceUnavailable, UpstreamFailed
 from pearl_sglang.router.middleware import read_json
 from pearl_sglang.router.state import ROUTER
@@ -31,6 +32,7 @@ class ControlPlane:
 
 
 CONTROL = web.AppKey("pearl_control", ControlPlane)
+MAX_GPUS_PER_CALL = 4096
 
 
 class GatewayTimeout(RouterError):
@@ -76,8 +78,9 @@ def _positive(body: dict[str, Any], key: str, default: float) -> float:
 
 def _gpus(body: dict[str, Any]) -> tuple[str, ...]:
     gpus = body.get("gpus")
-    if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) and ":" in g for g in gpus):
-        raise BadRequest("'gpus' must be a non-empty list of GPU ids like 'node3:0'")
+    if not isinstance(gpus, list) or not 0 < len(gpus) <= MAX_GPUS_PER_CALL or not all(map(is_gpu_id, gpus)):
+        raise BadRequest(f"'gpus' must be a list of 1..{MAX_GPUS_PER_CALL} GPU ids like 'node3:0' "
+                         "(an ASCII node name, a colon, the GPU's index)")
     return tuple(gpus)
 
 

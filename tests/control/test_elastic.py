@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
 from pearl_sglang.control.launchers import LaunchError
-from pearl_sglang.core.state import Activity, Role
+from pearl_sglang.core.state import Activity, Role, is_gpu_id
 from pearl_sglang.workers.client import WorkerClient
 from tests.control.conftest import cluster_config, running_cluster
 from tests.support.emulated import emulator
@@ -180,8 +180,13 @@ async def test_operator_switches_colocated_to_pd_and_back(tiny_model_dir):
         topo = c.table.active_topology()
         assert (topo.prefill, topo.decode) == (2, 1), topo
         assert (await c.generate(ids, 30))["output_ids"] == expected
-        for bad in ("sideways", "0:3", 3):
+        for bad in ("sideways", "0:3", 3, "\u00b2:1", "1:\u0661", "99999:1"):  # '²' was a 500 (fuzz)
             await c.admin("/pearl/pd_mode", {"pd_mode": bad}, expect=400)
+        # GPU ids the fuzz got admitted into the budget: each must be refused.
+        for bad in ([":"], ["x:"], ["\u0000:0"], [" :0"], ["a:b:c"], ["n:" + "9" * 300], ["n:\u00b2"], []):
+            err = await c.admin("/pearl/gpus", {"action": "join", "gpus": bad}, expect=400)
+            assert "GPU ids" in err["error"]["message"], (bad, err)
+        assert all(map(is_gpu_id, c.table.dedicated_gpus | c.table.overlap_gpus))
 
 
 async def test_a_worker_that_leaves_during_a_weight_push_is_not_updated(tiny_model_dir, tiny_model_variant_dir,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pearl_sglang.control.cluster_config import ConfigError
+from pearl_sglang.control.cluster_config import ClusterConfig, ConfigError
 from pearl_sglang.core.policy import target_topology
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.pd_mode import PdMode
@@ -17,7 +17,8 @@ def test_fixed_ratio_parses_positive_pairs_only():
     assert PdMode("3:5").ratio == (3, 5)
     for named in ("auto", "colocated", "disaggregated"):
         assert PdMode(named).ratio is None and PdMode(named) == named
-    for bad in ("0:3", "3:0", "a:b", "3:", ":3", "3:5:1", "-1:2", "pd", "", None, 3):
+    for bad in ("0:3", "3:0", "a:b", "3:", ":3", "3:5:1", "-1:2", "pd", "", None, 3,
+                "\u00b2:1", "1:\u00b3", "\u0661:\u0661", "99999:1", "1:" + "9" * 50):
         with pytest.raises(InvalidConfig, match="pd_mode"):
             PdMode(bad)
 
@@ -41,3 +42,11 @@ def test_policy_scales_the_ratio_to_the_budget(tmp_path, mode, budget, expect):
     decision = target_topology(config.decisions, table, Profile.from_dict(PROFILE), budget)
     assert decision.choice == expect
     assert decision.reason == f"pd_mode={mode}"
+
+
+@pytest.mark.parametrize("gpu", ["d0", ":0", "d0:", "d0:\u00b2", "d 0:0", "d0:0:1", "d0:12345"])
+def test_config_refuses_malformed_gpu_ids(tmp_path, gpu):
+    with pytest.raises(ConfigError, match="GPU ids"):
+        ClusterConfig.from_mapping({
+            "engine": {"kind": "emulator", "model_path": str(tmp_path), "tp_size": 1},
+            "zones": {"dedicated": ["d0:0", gpu]}, "profile": PROFILE})

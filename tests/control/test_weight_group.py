@@ -73,7 +73,10 @@ async def test_bad_weight_group_input_is_a_4xx_with_a_clear_message(tiny_model_d
         bad_inits = [({**GROUP, "backend": "mpi"}, "'backend'"), ({**GROUP, "master_port": 0}, "master_port"),
                      ({**GROUP, "master_port": "x"}, "master_port"), ({k: v for k, v in GROUP.items()
                                                                      if k != "group_name"}, "group_name"),
-                     ({**GROUP, "action": "grow"}, "'action'"), ({**GROUP, "master_address": ""}, "master_address")]
+                     ({**GROUP, "action": "grow"}, "'action'"), ({**GROUP, "master_address": ""}, "master_address"),
+                     ({**GROUP, "master_address": "\u0000"}, "master_address"),
+                     ({**GROUP, "master_address": "http://x/"}, "master_address"),
+                     ({**GROUP, "master_address": " "}, "master_address")]
         for body, words in bad_inits:
             err = await c.admin("/pearl/weight_group", body, expect=400)
             assert words in err["error"]["message"], (body, err)
