@@ -27,7 +27,7 @@ from pearl_sglang.control.cluster_config import Deadlines
 from pearl_sglang.control.data_plane import DataPlane
 from pearl_sglang.control.launchers import Launcher, LaunchError, LaunchSpec
 from pearl_sglang.control.phases import PhaseLog
-from pearl_sglang.control.weights import sync_worker
+from pearl_sglang.control.weights import require_disk_copy, sync_worker
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.events import (
     Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
@@ -158,6 +158,8 @@ class PlanExecutor:
             await asyncio.sleep(IDLE_POLL_S)
 
     async def _relaunch(self, slot: int, role: Role, gpus: tuple[str, ...]) -> tuple[str, int | None]:
+        # Before the process that holds the weights stops: a new one could not load them.
+        require_disk_copy(self.snapshot())
         await self.launcher.stop(slot)
         launched = await self.launcher.launch(LaunchSpec(slot, role, gpus, self.launch_version))
         return launched.endpoint, launched.bootstrap_port
@@ -192,6 +194,7 @@ class PlanExecutor:
             raise ActivationFailed("attached clusters cannot launch workers")
         async with self.phases.phase(operation, "preparation"):
             # A new process holds the launch checkpoint; it then syncs to the latest snapshot.
+            require_disk_copy(snapshot)
             launched = await self.launcher.launch(LaunchSpec(add.slot, add.role, add.gpus,
                                                              self.launch_version))
             latest = self.snapshot()

@@ -21,6 +21,18 @@ class NoDiskCopy(RuntimeError):
     """The worker needs weights that exist only in the workers that received a broadcast."""
 
 
+def _no_disk_copy(snapshot: WeightSnapshot) -> str:
+    return (f"weights of {snapshot.version} have no disk copy to load from (pass 'model_path' with "
+            "distributed pushes so that new or relaunched workers can sync)")
+
+
+def require_disk_copy(snapshot: WeightSnapshot) -> None:
+    """A new process can reach ``snapshot`` unless it came over a distributed group without
+    ``model_path``: those weights live only in the processes that received them."""
+    if snapshot.model_path is None and snapshot.group is not None:
+        raise NoDiskCopy(_no_disk_copy(snapshot))
+
+
 async def sync_worker(ops: WorkerClient, url: str, snapshot: WeightSnapshot, *, reload: bool) -> None:
     """Bring one worker to ``snapshot``. ``reload`` forces loading weights even when the
     version already matches (released memory without a CPU backup lost them)."""
@@ -28,9 +40,9 @@ async def sync_worker(ops: WorkerClient, url: str, snapshot: WeightSnapshot, *, 
     if info.get("weight_version") == snapshot.version and not reload:
         return
     if snapshot.model_path is None:
-        if reload or snapshot.group is not None:
-            raise NoDiskCopy(f"weights of {snapshot.version} have no disk copy to load from (pass "
-                             "'model_path' with distributed pushes so that new workers can sync)")
+        if reload:
+            raise NoDiskCopy(_no_disk_copy(snapshot))
+        require_disk_copy(snapshot)
         await ops.set_version(url, snapshot.version)
         return
     await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,

@@ -136,3 +136,26 @@ async def test_joiner_cannot_sync_to_a_broadcast_without_a_disk_copy(tiny_model_
         assert out["admitted"] == [w.slot for w in c.table.active() if "p2:0" in w.gpus] == [2]
         assert [w.slot for w in c.table.active() if "p1:0" in w.gpus] == [1]
         assert [w.weight_version for w in c.table.active()] == ["v2", "v2", "v2"]
+
+
+async def test_a_relaunch_that_could_not_sync_is_refused_before_any_worker_stops(tiny_model_dir,
+                                                                                  tiny_model_variant_dir):
+    # Found by the admin fuzz: after a broadcast without a disk copy, a pinned P:D ratio
+    # relaunched the colocated workers, none could load the weights, going back needed the
+    # same load, and every worker was stopped: nothing served and no admin call helped.
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=2, overlap=0)) as c:
+        await c.admin("/pearl/weight_group", GROUP)
+        await c.admin("/update_weights", {"version": "v1", "distributed": dist()})
+        processes = [c.launcher.worker(s) for s in (0, 1)]
+        err = await c.admin("/pearl/pd_mode", {"pd_mode": "1:1"}, expect=503)
+        assert "no disk copy" in err["error"]["message"]
+        assert [(w.slot, w.role.value, w.weight_version) for w in c.table.active()] == [
+            (0, "colocated", "v1"), (1, "colocated", "v1")]
+        assert [c.launcher.worker(s) for s in (0, 1)] == processes  # none was stopped or started
+        assert c.launcher.slots() == (0, 1)
+        assert (await c.generate([3, 4, 5], 4))["meta_info"]["weight_version"] == "v1"
+        # With the weights on disk the same change goes through.
+        await c.admin("/update_weights", {"version": "v2", "model_path": str(tiny_model_variant_dir)})
+        await c.admin("/pearl/pd_mode", {"pd_mode": "1:1"})
+        topo = c.table.active_topology()
+        assert (topo.prefill, topo.decode) == (1, 1), topo
