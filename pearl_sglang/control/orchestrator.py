@@ -31,7 +31,8 @@ from pearl_sglang.control.persistence import ControlRecord, StateFile
 from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.reconcile import reconcile
 from pearl_sglang.control.weight_group import GroupSpec, TensorSpecs, WeightGroups
-from pearl_sglang.control.weight_pushes import WeightLoading
+from pearl_sglang.control.weight_pushes import NoActiveWorker, WeightLoading
+from pearl_sglang.control.weights import loadable
 from pearl_sglang.core.control import (
     Answer, BeginTraining, BeginWave, ControlState, Decide, Decided, Effects, Event, FinishTraining, GateAsked,
     Logged, NextWave, Noted, OverlapReturned, PdModeSet, Persist, PushAdopted, Recovered, Seen, StepClosed,
@@ -336,19 +337,33 @@ class Orchestrator:
         """Pushes run one at a time, in arrival order; the snapshot joiners sync to becomes
         ``snapshot`` only once some worker has loaded it (a push nobody could load
         changes nothing), so a racing bad push can neither replace the latest good one
-        nor roll it back."""
+        nor roll it back. One exception: no worker serves and none could start, because
+        the kept weights came over a group without a disk copy; a disk push is then the
+        only way back, so it is adopted unchecked and workers are planned at it."""
+        unchecked = False
         async with self.weights.lock:
-            results = await self.weights.push(snapshot, tensors, keeping=self.state.snapshot)
+            try:
+                results = await self.weights.push(snapshot, tensors, keeping=self.state.snapshot)
+            except NoActiveWorker:
+                if tensors is not None or loadable(self.state.snapshot):
+                    raise
+                results, unchecked = {}, True
             ok = tuple(slot for slot, r in results.items() if r == "ok")
-            if ok:
+            if ok or unchecked:
                 async with self.store.lock:  # the table and the push log change together
                     # A worker may have left while it loaded (a preemption): record only those still here.
                     here = tuple(s for s in ok if self.store.table.has(s))
                     if here:
                         self.store.apply_locked([WeightsUpdated(here, snapshot.version)])
                     self.on(PushAdopted(snapshot))
-            answer = {"version": snapshot.version, "latest": self.state.snapshot.version, "applied": bool(ok),
+            answer = {"version": snapshot.version, "latest": self.state.snapshot.version, "applied": bool(ok) or unchecked,
                       "workers": {str(slot): r for slot, r in results.items()}, "push": self.state.pushes.number}
+        if unchecked:
+            log.warning("no worker serves and the kept weights had no disk copy: %s adopted unchecked; "
+                        "starting workers at it", snapshot.version)
+            async with self.lock:
+                await self.growths.regrow("weights_repair", "weights_repair", borrow=self.state.borrowing)
+            return {**answer, "unchecked": True}
         await self._repair_stale()
         return answer
 

@@ -26,10 +26,15 @@ def _no_disk_copy(snapshot: WeightSnapshot) -> str:
             "distributed pushes so that new or relaunched workers can sync)")
 
 
+def loadable(snapshot: WeightSnapshot) -> bool:
+    """Whether a new process can reach ``snapshot``: not when it came over a distributed
+    group without ``model_path`` (those weights live only in the processes that received
+    them)."""
+    return snapshot.model_path is not None or snapshot.group is None
+
+
 def require_disk_copy(snapshot: WeightSnapshot) -> None:
-    """A new process can reach ``snapshot`` unless it came over a distributed group without
-    ``model_path``: those weights live only in the processes that received them."""
-    if snapshot.model_path is None and snapshot.group is not None:
+    if not loadable(snapshot):
         raise NoDiskCopy(_no_disk_copy(snapshot))
 
 

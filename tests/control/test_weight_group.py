@@ -159,3 +159,22 @@ async def test_a_relaunch_that_could_not_sync_is_refused_before_any_worker_stops
         await c.admin("/pearl/pd_mode", {"pd_mode": "1:1"})
         topo = c.table.active_topology()
         assert (topo.prefill, topo.decode) == (1, 1), topo
+
+
+async def test_with_no_worker_left_a_disk_push_brings_workers_back(tiny_model_dir, tiny_model_variant_dir):
+    # The other dead end: every worker gone while the kept weights exist only in them. A
+    # disk push cannot be checked by a worker, yet it is the only way back.
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=1, overlap=0)) as c:
+        await c.admin("/pearl/weight_group", GROUP)
+        await c.admin("/update_weights", {"version": "v1", "distributed": dist()})
+        await c.admin("/pearl/gpus", {"action": "leave", "gpus": ["d0:0"], "deadline_s": 5})
+        assert c.table.active() == ()
+        out = await c.admin("/pearl/gpus", {"action": "join", "gpus": ["p1:0"]})
+        assert out["admitted"] == [] and "no disk copy" in out["reason"]
+        out = await c.admin("/update_weights", {"version": "v2", "model_path": str(tiny_model_variant_dir)})
+        assert out["applied"] and out["unchecked"] and out["latest"] == "v2"
+        await until(lambda: len(c.table.active()) == 1, what="a worker at v2")
+        assert (await c.generate([3, 4, 5], 4))["meta_info"]["weight_version"] == "v2"
+        # With a worker serving, a push is checked again: a bad path changes nothing.
+        err = await c.admin("/update_weights", {"version": "v3", "model_path": "/no/such/checkpoint"})
+        assert not err["applied"] and err["latest"] == "v2"
