@@ -356,8 +356,9 @@ class Orchestrator:
                     if here:
                         self.store.apply_locked([WeightsUpdated(here, snapshot.version)])
                     self.on(PushAdopted(snapshot))
-            answer = {"version": snapshot.version, "latest": self.state.snapshot.version, "applied": bool(ok) or unchecked,
-                      "workers": {str(slot): r for slot, r in results.items()}, "push": self.state.pushes.number}
+            answer = {"version": snapshot.version, "latest": self.state.snapshot.version,
+                      "applied": bool(ok) or unchecked, "workers": {str(slot): r for slot, r in results.items()},
+                      "push": self.state.pushes.number}
         if unchecked:
             log.warning("no worker serves and the kept weights had no disk copy: %s adopted unchecked; "
                         "starting workers at it", snapshot.version)

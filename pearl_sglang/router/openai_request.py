@@ -2,8 +2,8 @@
 
 The router forwards OpenAI requests to SGLang's own endpoints (chat templates stay the
 worker's), so it reads only the fields its limits and its streaming depend on: ``n``,
-the token budgets, the number of prompts, ``stream``, ``stream_options`` and ``rid``. Everything else is the
-worker's to validate; its 4xx reaches the client unchanged.
+the token budgets, the number of prompts, ``stream``, ``stream_options`` and ``rid``.
+Everything else is the worker's to validate; its 4xx reaches the client unchanged.
 """
 from __future__ import annotations
 

@@ -114,7 +114,7 @@ class WorkerApi:
 
         self._track(body())
 
-    async def wait(self, url: str, coro) -> None:
+    async def run_and_wait(self, url: str, coro) -> None:
         """Run a registration the caller waits for (the legacy calls); a router that stops
         cancels it, and the caller hears why instead of a cut connection."""
         task = self._track(coro)
@@ -342,7 +342,7 @@ async def add_worker(request: web.Request) -> web.Response:
     api = _api(request)
     api.id_of(spec.url)
     try:
-        await api.wait(normalize(spec.url), api.registrar.add(spec))
+        await api.run_and_wait(normalize(spec.url), api.registrar.add(spec))
     except AlreadyRegistered as e:
         return web.Response(status=400, text=f"Worker {normalize(spec.url)} already exists: {e}")
     except RegistrationError as e:
