@@ -12,6 +12,10 @@ service away from everyone else.
 Past a cap the connection is answered a 503 and closed at once: the peer learns why, and
 its descriptor is free again. The guard wraps aiohttp's per-connection protocol; aiohttp
 itself is unchanged.
+
+A malformed HTTP message (a bad header byte, a non-numeric Content-Length) is answered 400
+by aiohttp, which also logs a traceback at ERROR for it; a peer could fill the log that
+way, so the router logs one INFO line instead (``MalformedHttpFilter``).
 """
 from __future__ import annotations
 
@@ -22,12 +26,29 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.web_runner import BaseSite
 
 log = logging.getLogger("pearl.router.connections")
 
 # Descriptors kept for everything that is not a client connection (workers, logs, files).
 RESERVED_FDS = 64
+
+
+class MalformedHttpFilter(logging.Filter):
+    """A client's malformed HTTP message: one INFO line, not an ERROR with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, BadHttpMessage):
+            reason = exc.message.strip().splitlines()[0].rstrip(":") if exc.message else type(exc).__name__
+            record.msg, record.args = "%s: 400 %s", (record.getMessage(), reason)
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+MALFORMED_HTTP = MalformedHttpFilter()
 
 
 def raise_descriptor_limit() -> int:
@@ -186,6 +207,7 @@ async def start_site(app: web.Application, guard: ConnectionGuard, host: str, po
                      backlog: int = 4096, close_s: float = 60.0) -> tuple[web.AppRunner, int]:
     """Serve ``app`` through ``guard``; returns the runner (to clean up) and the bound port.
     ``close_s``: how long the runner's clean-up waits for handlers still running."""
+    logging.getLogger("aiohttp.server").addFilter(MALFORMED_HTTP)  # once: the same object
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=close_s)
     await runner.setup()
     site = GuardedTCPSite(runner, host, port, guard, backlog=backlog)

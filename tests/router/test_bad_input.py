@@ -243,3 +243,25 @@ async def test_a_gzip_body_is_read():
                         headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
     assert r.status_code == 200, r.text
     assert len(r.json()["output_ids"]) == 2
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /generate HTTP/1.1\r\nHost: x\r\nX-Bad\x01: 1\r\nContent-Length: 2\r\n\r\n{}",
+    b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+])
+async def test_a_malformed_http_message_is_a_400_and_one_log_line(raw, caplog):
+    """aiohttp logs a traceback at ERROR for each one; a peer could fill the log that way."""
+    import asyncio
+    import logging
+
+    caplog.set_level(logging.INFO, logger="aiohttp.server")
+    async with running_router(regular=[DEAD_WORKER]) as (url, _, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        writer.write(raw)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(200), 10)
+        writer.close()
+    assert answer.startswith(b"HTTP/1.0 400") or answer.startswith(b"HTTP/1.1 400"), answer
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert records and all(r.levelno == logging.INFO and not r.exc_info for r in records), records
+    assert "400" in records[0].getMessage()
