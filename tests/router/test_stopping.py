@@ -46,7 +46,9 @@ async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_o
             long = asyncio.ensure_future(c.post(url + "/generate", json=_gen(8000)))
             streamed = asyncio.ensure_future(c.post(url + "/generate", json={**_gen(8000), "stream": True}))
             short = asyncio.ensure_future(c.post(url + "/generate", json=_gen(50)))
-            await _in_flight(app, 3)
+            chat = asyncio.ensure_future(c.post(url + "/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6000, "ignore_eos": True}))
+            await _in_flight(app, 4)
             loop = asyncio.get_running_loop()
             started = loop.time()
             await stop_serving(runner, grace_s=1.5)
@@ -56,6 +58,8 @@ async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_o
             cut = (await long).json()
             assert cut["meta_info"]["finish_reason"]["type"] == "abort"
             assert 0 < len(cut["output_ids"]) < 8000
+            answer = (await chat).json()
+            assert answer["choices"][0]["finish_reason"] == "abort" and 0 < answer["usage"]["completion_tokens"] < 6000
             events = [line for line in (await streamed).text.splitlines() if line.startswith("data: {")]
             assert '"abort"' in events[-1] and (await streamed).text.rstrip().endswith("data: [DONE]")
             assert 1.5 <= took < 5, took
