@@ -188,10 +188,16 @@ async def test_openai_stream_is_in_flight_drained_and_aborted_by_rid(real):
         assert [e["choices"][0]["finish_reason"] for e in events[:-1]
                 if e.get("choices") and e["choices"][0].get("finish_reason")] == ["length"]
     async with running_router(regular=[worker.url]) as (url, app, _):
-        # /abort_request reaches a chat stream by the client's rid at the real worker.
+        # /abort_request reaches a chat stream by the client's rid at the real worker. It is
+        # sent as soon as the request is in flight: a fixed wait let a fast CPU finish all
+        # 3,000 tokens first (a CI run saw 'length').
         task = asyncio.ensure_future(_sse(url + "/v1/chat/completions",
                                           {**body, "max_tokens": 3000, "rid": "oai-abort"}))
-        await asyncio.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while not app[ROUTER].inflight.is_open("oai-abort"):
+            assert time.monotonic() < deadline and not task.done(), "the chat stream never counted in flight"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # at the worker, not only in the router's registry
         r = await _post(url + "/abort_request", {"rid": "oai-abort"})
         assert r.json()["aborted"] == ["oai-abort"]
         events = await asyncio.wait_for(task, 60)
