@@ -26,6 +26,8 @@ silently fall back to a default).
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -42,10 +44,35 @@ from pearl_sglang.core.telemetry import ProfileFit
 from pearl_sglang.core.state import is_gpu_id
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
+MAX_CONFIG_BYTES = 16 << 20
+# A host name or an IP address (IPv6 with or without brackets).
+_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 
 
 class ConfigError(ValueError):
     """The cluster configuration is invalid; the message names the key."""
+
+
+def _number(value: Any, where: str, *, positive: bool = False) -> None:
+    """A finite number of seconds (or a share): not a bool, a string, nan or inf."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise ConfigError(f"{where} must be a {'positive' if positive else 'non-negative'} finite number, "
+                          f"got {value!r}")
+
+
+def _text(value: Any, where: str, *, empty: bool = True) -> None:
+    if not isinstance(value, str) or (not empty and not value):
+        raise ConfigError(f"{where} must be a {'' if empty else 'non-empty '}string, got {value!r}")
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key} must be a mapping, got {type(value).__name__}")
+    return dict(value)
 
 
 def _build(cls, data: Any, where: str):
@@ -54,7 +81,7 @@ def _build(cls, data: Any, where: str):
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
     known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(map(str, set(data) - known))
     if unknown:
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     try:
@@ -97,8 +124,20 @@ class EngineConfig:
             raise ConfigError(f"engine.kind must be 'sglang' or 'emulator', got {self.kind!r}")
         if self.kind == "sglang" and not self.model_path:
             raise ConfigError("engine.model_path is required for SGLang workers")
-        if not isinstance(self.tp_size, int) or self.tp_size < 1:
-            raise ConfigError("engine.tp_size must be an integer >= 1")
+        if isinstance(self.tp_size, bool) or not isinstance(self.tp_size, int) or not 1 <= self.tp_size <= 1024:
+            raise ConfigError("engine.tp_size must be an integer in [1, 1024]")
+        _text(self.weight_version, "engine.weight_version", empty=False)
+        for key in ("model_path", "python", "transfer_backend"):
+            _text(getattr(self, key), f"engine.{key}")
+        for key in ("memory_saver", "weights_cpu_backup"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"engine.{key} must be true or false, got {getattr(self, key)!r}")
+        if not isinstance(self.env, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                        for k, v in self.env.items()):
+            raise ConfigError("engine.env must map variable names to string values")
+        if not isinstance(self.emulator, Mapping):
+            raise ConfigError("engine.emulator must be a mapping of the emulator's flags")
+        _number(self.start_timeout_s, "engine.start_timeout_s", positive=True)
 
 
 @dataclass(frozen=True)
@@ -113,6 +152,10 @@ class LauncherConfig:
     def validate(self) -> None:
         if self.kind not in ("local", "ray"):
             raise ConfigError(f"launcher.kind must be 'local' or 'ray', got {self.kind!r}")
+        if not isinstance(self.host, str) or not _HOST.fullmatch(self.host):
+            raise ConfigError(f"launcher.host must be a host name or IP address, got {self.host!r}")
+        _text(self.log_dir, "launcher.log_dir", empty=False)
+        _text(self.ray_address, "launcher.ray_address", empty=False)
 
 
 @dataclass(frozen=True)
@@ -128,6 +171,9 @@ class Zones:
             for gpu in gpus:
                 if not is_gpu_id(gpu):
                     raise ConfigError(f"zones.{name}: GPU ids look like 'node:index', got {gpu!r}")
+        for name, gpus in (("dedicated", self.dedicated), ("overlap", self.overlap)):
+            if len(set(gpus)) != len(gpus):
+                raise ConfigError(f"zones.{name} names a GPU twice")
         both = set(self.dedicated) & set(self.overlap)
         if both:
             raise ConfigError(f"GPUs in both zones: {sorted(both)}")
@@ -163,10 +209,17 @@ class GateConfig:
     def __post_init__(self) -> None:
         from pearl_sglang.core.learning_gate import Exploration
 
+        _number(self.toggle_cost_s, "gate.toggle_cost_s")
+        _number(self.alpha, "gate.alpha", positive=True)
+        if self.alpha > 1:
+            raise ConfigError(f"gate.alpha must be in (0, 1], got {self.alpha!r}")
+        for key in ("enabled", "borrow", "replay_check"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"gate.{key} must be true or false, got {getattr(self, key)!r}")
         try:
             Exploration(rate=self.exploration_rate, max_benefit_ratio=self.explore_max_benefit_ratio)
             self.usage
-        except InvalidConfig as e:
+        except (InvalidConfig, TypeError) as e:
             raise ConfigError(f"gate: {e}") from e
 
     @property
@@ -187,6 +240,10 @@ class Deadlines:
     leave_s: float = 30.0
     drain_s: float = 20.0
 
+    def validate(self) -> None:
+        for key in ("train_begin_s", "leave_s", "drain_s"):
+            _number(getattr(self, key), f"deadlines.{key}", positive=True)
+
 
 @dataclass(frozen=True)
 class WeightsConfig:
@@ -202,9 +259,7 @@ class WeightsConfig:
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
                 or self.max_staleness < 0:
             raise ConfigError(f"weights.max_staleness must be an integer >= 0, got {self.max_staleness!r}")
-        if isinstance(self.group_init_timeout_s, bool) or not isinstance(self.group_init_timeout_s, (int, float)) \
-                or self.group_init_timeout_s <= 0:
-            raise ConfigError("weights.group_init_timeout_s must be a positive number of seconds")
+        _number(self.group_init_timeout_s, "weights.group_init_timeout_s", positive=True)
 
 
 @dataclass(frozen=True)
@@ -223,8 +278,10 @@ class RecoveryConfig:
     def validate(self) -> None:
         for key in ("pd_probe_backoff_s", "growth_backoff_s"):
             delays = getattr(self, key)
-            if not all(isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 0 for d in delays):
-                raise ConfigError(f"recovery.{key} must be a list of non-negative seconds")
+            if not isinstance(delays, tuple):
+                raise ConfigError(f"recovery.{key} must be a list of non-negative seconds, got {delays!r}")
+            for d in delays:
+                _number(d, f"recovery.{key}")
         if not self.growth_backoff_s:
             raise ConfigError("recovery.growth_backoff_s needs at least one delay")
 
@@ -279,19 +336,22 @@ class ClusterConfig:
                               "/release_memory_occupation frees nothing, so borrowed training GPUs would be "
                               "reported free while rollout workers still hold their memory (on a CPU build, "
                               "leave zones.overlap empty)")
+        self.deadlines.validate()
         self.weights.validate()
         self.recovery.validate()
         if self.profile is None:
             raise ConfigError("profile is required: the decision engine's starting point (paper symbols)")
-        if not (isinstance(self.time_scale, (int, float)) and self.time_scale > 0):
-            raise ConfigError("time_scale must be a positive number")
+        _number(self.time_scale, "time_scale", positive=True)
         if not isinstance(self.pd_mode, PdMode):
             raise ConfigError(f"pd_mode must be a PdMode, got {self.pd_mode!r}")
-        if self.makespan_model not in ("paper", "tail"):
+        if not isinstance(self.makespan_model, str) or self.makespan_model not in ("paper", "tail"):
             raise ConfigError(f"makespan_model must be 'paper' or 'tail', got {self.makespan_model!r}")
-        if self.profile_fit not in {f.value for f in ProfileFit}:
+        if not isinstance(self.profile_fit, str) or self.profile_fit not in {f.value for f in ProfileFit}:
             raise ConfigError(f"profile_fit must be 'all' or 'workload', got {self.profile_fit!r}")
-        if self.routing_policy is not None and self.routing_policy not in ROUTING_POLICIES:
+        if self.state_dir is not None:
+            _text(self.state_dir, "state_dir", empty=False)
+        if self.routing_policy is not None and (not isinstance(self.routing_policy, str)
+                                                or self.routing_policy not in ROUTING_POLICIES):
             raise ConfigError(f"routing_policy must be one of {', '.join(ROUTING_POLICIES)}, "
                               f"got {self.routing_policy!r}")
 
@@ -310,13 +370,18 @@ class ClusterConfig:
         if not isinstance(data, Mapping):
             raise ConfigError("the cluster configuration must be a mapping")
         top = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - top)
+        unknown = sorted(map(str, set(data) - top))
         if unknown:
             raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
-        engine = dict(data.get("engine") or {})
+        engine = _mapping(data, "engine")
         if "extra_args" in engine:
+            if not isinstance(engine["extra_args"], list):
+                raise ConfigError("engine.extra_args must be a list of flags")
             engine["extra_args"] = tuple(str(a) for a in engine["extra_args"])
-        zones = dict(data.get("zones") or {})
+        zones = _mapping(data, "zones")
+        for key, gpus in zones.items():
+            if not isinstance(gpus, list):
+                raise ConfigError(f"zones.{key} must be a list of GPU ids like 'node0:0', got {gpus!r}")
         zones = {k: tuple(v) for k, v in zones.items()}
         recovery = data.get("recovery")
         if isinstance(recovery, Mapping):
@@ -349,13 +414,19 @@ class ClusterConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "ClusterConfig":
-        text = Path(path).read_text()
-        if str(path).endswith((".yaml", ".yml")):
-            import yaml
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: not a regular file")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; is it a cluster configuration?")
+        import yaml
 
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        try:
+            text = path.read_text()
+            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: JSON, UTF-8
+            raise ConfigError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: "
+                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
         return cls.from_mapping(data)
 
 

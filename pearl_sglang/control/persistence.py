@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pearl_sglang.core.errors import CoreError
+from pearl_sglang.core.state import StateTable
+from pearl_sglang.core.weight_snapshot import WeightSnapshot
+
 FORMAT = 1
 
 
@@ -44,12 +48,29 @@ class ControlRecord:
                 "intent": self.intent, "pushes": self.pushes}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ControlRecord":
+    def from_dict(cls, data: Any) -> "ControlRecord":
+        if not isinstance(data, dict):
+            raise UnreadableRecord(f"the record is a {type(data).__name__}, not an object")
         if data.get("format") != FORMAT:
-            raise ValueError(f"unknown control record format {data.get('format')!r}")
-        return cls(table=data["table"], snapshot=data["snapshot"], training=bool(data["training"]),
-                   borrowing=bool(data["borrowing"]), last_step=dict(data["last_step"]),
+            raise UnreadableRecord(f"unknown control record format {data.get('format')!r}")
+        shapes = {"table": dict, "snapshot": dict, "last_step": dict, "workers": dict, "training": bool,
+                  "borrowing": bool}
+        wrong = sorted(k for k, kind in shapes.items() if not isinstance(data.get(k), kind))
+        if wrong:
+            raise UnreadableRecord(f"missing or malformed field(s): {', '.join(wrong)}")
+        try:  # what the restart path reads back from them
+            StateTable.from_dict(data["table"])
+            WeightSnapshot.from_dict(data["snapshot"])
+        except (CoreError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UnreadableRecord(f"malformed table or snapshot: {e!r}") from e
+        return cls(table=data["table"], snapshot=data["snapshot"], training=data["training"],
+                   borrowing=data["borrowing"], last_step=dict(data["last_step"]),
                    workers=dict(data["workers"]), intent=data.get("intent"), pushes=data.get("pushes"))
+
+
+class UnreadableRecord(ValueError):
+    """The state directory's record cannot be read back: the router refuses to start
+    rather than start from nothing (it would forget the worker processes it recorded)."""
 
 
 class StateDirInUse(RuntimeError):
@@ -86,7 +107,11 @@ class StateFile:
     def load(self) -> ControlRecord | None:
         if not self.path.exists():
             return None
-        return ControlRecord.from_dict(json.loads(self.path.read_text()))
+        try:
+            return ControlRecord.from_dict(json.loads(self.path.read_bytes()))
+        except (ValueError, RecursionError) as e:  # UnreadableRecord, JSON and UTF-8 errors
+            raise UnreadableRecord(f"state dir {self.dir}: {self.path.name} cannot be read back ({e}); "
+                                   "move it away to start without it") from e
 
 
 def _lock(path: Path) -> int:

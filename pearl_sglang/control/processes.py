@@ -8,6 +8,7 @@ detokenizer included) by PID.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import random
 import signal
@@ -51,15 +52,23 @@ def listen_ports() -> list[int]:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, chosen at random from ``listen_ports``."""
+    """A port nothing listens on now, chosen at random from ``listen_ports``. A host that
+    does not resolve, or is not an address of this machine, fails at once (each bind would
+    resolve it again: thousands of lookups blocking the event loop)."""
+    try:
+        address = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise OSError(f"cannot resolve host {host!r}: {e}") from None
     rng = random.SystemRandom()
     ports = listen_ports()
     for _ in range(200):
         port = rng.choice(ports)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
-                s.bind((host, port))
-            except OSError:
+                s.bind((address, port))
+            except OSError as e:
+                if e.errno == errno.EADDRNOTAVAIL:
+                    raise OSError(f"host {host!r} is not an address of this machine") from None
                 continue
             return port
     raise OSError(f"no free port in 20000-21999 or 30000-{ports[-1]} on {host}")

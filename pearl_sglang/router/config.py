@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -17,6 +18,18 @@ from pearl_sglang.workers.client import Timeouts
 
 POLICIES = ("static", "pearl")
 ISOLATION_SCOPES = ("always", "borrowed")
+
+
+MAX_TP_SIZE = 1024
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a number, not nan or inf (which pass every ``>`` check but poison
+    timers and bounds)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,12 @@ class RouterConfig:
             raise ValueError("--straggler-home-margin must be >= 0")
         if not 0 <= self.port < 65536:
             raise ValueError("--port must be in [0, 65535]")
+        if not 1 <= self.tp_size <= MAX_TP_SIZE:
+            raise ValueError(f"--tp-size must be in [1, {MAX_TP_SIZE}]")
+        if not self.health_interval_s > 0:
+            raise ValueError("--health-interval-s must be > 0")
+        if not self.admission_wait_s > 0:
+            raise ValueError("--admission-wait-s must be > 0")
         self.attached.validate()
         self.limits.validate()
         self.connections.validate()
@@ -160,38 +179,38 @@ class RouterConfig:
         parser.add_argument("--max-attempts", type=int, default=DispatchConfig.max_attempts)
         parser.add_argument("--internal-stream-interval", type=int,
                             default=DispatchConfig.internal_stream_interval)
-        parser.add_argument("--route-wait-s", type=float, default=DispatchConfig.route_wait_s,
+        parser.add_argument("--route-wait-s", type=finite_float, default=DispatchConfig.route_wait_s,
                             help="how long a request with no routable worker waits before a 503")
-        parser.add_argument("--arriving-wait-s", type=float, default=DispatchConfig.arriving_wait_s,
+        parser.add_argument("--arriving-wait-s", type=finite_float, default=DispatchConfig.arriving_wait_s,
                             help="the same wait while the control plane brings workers up (joining or "
                                  "relaunching in a new role)")
-        parser.add_argument("--admission-wait-s", type=float, default=60.0)
-        parser.add_argument("--health-interval-s", type=float, default=10.0,
+        parser.add_argument("--admission-wait-s", type=finite_float, default=60.0)
+        parser.add_argument("--health-interval-s", type=finite_float, default=10.0,
                             help="probe period of active workers; a worker added through the worker "
                                  "API is polled at most this often until healthy")
-        parser.add_argument("--worker-startup-timeout-secs", type=float,
+        parser.add_argument("--worker-startup-timeout-secs", type=finite_float,
                             default=RegistrationConfig.startup_timeout_s,
                             help="how long a worker added through the worker API may take to turn healthy")
-        parser.add_argument("--load-poll-interval-s", type=float, default=2.0,
+        parser.add_argument("--load-poll-interval-s", type=finite_float, default=2.0,
                             help="read each worker's own running + waiting requests this often for "
                                  "placement (0: only the router's own counts)")
-        parser.add_argument("--stall-s", type=float, default=None,
+        parser.add_argument("--stall-s", type=finite_float, default=None,
                             help="seconds a worker may stay silent on a stream before it is taken out "
                                  "of routing and its requests move (default: derived from the "
                                  "profile of --config, else 120)")
         conn = parser.add_argument_group("client connections")
-        conn.add_argument("--header-timeout-s", type=float, default=ConnectionLimits.header_timeout_s,
+        conn.add_argument("--header-timeout-s", type=finite_float, default=ConnectionLimits.header_timeout_s,
                           help="a connection must send a request's headers within this")
-        conn.add_argument("--body-timeout-s", type=float, default=ConnectionLimits.body_timeout_s,
+        conn.add_argument("--body-timeout-s", type=finite_float, default=ConnectionLimits.body_timeout_s,
                           help="a request's body must arrive within this (408 otherwise)")
         conn.add_argument("--max-connections-per-client", type=int, default=ConnectionLimits.max_per_client)
-        conn.add_argument("--shutdown-grace-s", type=float, default=ConnectionLimits.shutdown_grace_s,
+        conn.add_argument("--shutdown-grace-s", type=finite_float, default=ConnectionLimits.shutdown_grace_s,
                           help="on SIGTERM, requests in flight may finish within this; then they are "
                                "aborted and answer with their output so far")
         conn.add_argument("--max-connections", type=int, default=None,
                           help="client connections in all (default: half of what the descriptor limit "
                                "leaves after a reserve)")
-        parser.add_argument("--straggler-share", type=float, default=0.1,
+        parser.add_argument("--straggler-share", type=finite_float, default=0.1,
                             help="share of running trajectories /pearl/state names as predicted "
                                  "stragglers (expected to finish last)")
         parser.add_argument("--straggler-priority", action="store_true",
@@ -204,13 +223,13 @@ class RouterConfig:
         parser.add_argument("--straggler-isolation-scope", choices=ISOLATION_SCOPES, default="always",
                             help="borrowed: isolate only while training GPUs lent to rollout serve "
                                  "(in a pool that stays busy isolation costs throughput)")
-        parser.add_argument("--straggler-tail-share", type=float, default=IsolationConfig.tail_share,
+        parser.add_argument("--straggler-tail-share", type=finite_float, default=IsolationConfig.tail_share,
                             help="share of the step's trajectories that must look finished before "
                                  "--straggler-isolation applies")
-        parser.add_argument("--straggler-isolation-weight", type=float, default=IsolationConfig.weight,
+        parser.add_argument("--straggler-isolation-weight", type=finite_float, default=IsolationConfig.weight,
                             help="what a second of a straggler's delay costs, in seconds of another "
                                  "request's own time, when placing other turns")
-        parser.add_argument("--straggler-home-margin", type=float, default=IsolationConfig.home_margin,
+        parser.add_argument("--straggler-home-margin", type=finite_float, default=IsolationConfig.home_margin,
                             help="how much cheaper (relative) another worker must be before a "
                                  "straggler's turn leaves the worker that holds its prefix")
         Limits.add_cli_args(parser)

@@ -35,6 +35,10 @@ log = logging.getLogger("pearl.router.connections")
 RESERVED_FDS = 64
 
 
+class CannotListen(OSError):
+    """The router's address cannot be bound."""
+
+
 class MalformedHttpFilter(logging.Filter):
     """A client's malformed HTTP message: one INFO line, not an ERROR with a traceback."""
 
@@ -211,5 +215,9 @@ async def start_site(app: web.Application, guard: ConnectionGuard, host: str, po
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=close_s)
     await runner.setup()
     site = GuardedTCPSite(runner, host, port, guard, backlog=backlog)
-    await site.start()
+    try:
+        await site.start()
+    except (OSError, UnicodeError) as e:  # in use, not an address of this host, unresolvable
+        await runner.cleanup()
+        raise CannotListen(f"cannot listen on {host}:{port}: {e}") from e
     return runner, site._bound_port  # noqa: SLF001 - set by start() above

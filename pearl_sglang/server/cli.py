@@ -32,9 +32,10 @@ from aiohttp import web
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.control.cluster_config import ClusterConfig, apply_policy
 from pearl_sglang.control.persistence import StateDirInUse, StateFile
+from pearl_sglang.control.processes import free_port
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.router.config import RouterConfig
-from pearl_sglang.router.connections import raise_descriptor_limit, start_site
+from pearl_sglang.router.connections import CannotListen, raise_descriptor_limit, start_site
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.router.stall import stall_bound_s
 from pearl_sglang.server.compose import build_app
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="cluster configuration (YAML or JSON) for launched workers")
     parser.add_argument("--state-dir", help="crash-safe control record: a restarted router reconciles from it "
                                             "(overrides the config's state_dir)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=str.upper,
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.regular or a.prefill:
                 raise ValueError("give either --config or attached workers, not both")
             cluster = apply_policy(ClusterConfig.load(args.config), config.policy)
+            if cluster.launcher.kind == "local":
+                free_port(cluster.launcher.host)  # the host workers start on resolves and is this machine's
             if args.state_dir:
                 cluster = dataclasses.replace(cluster, state_dir=args.state_dir)
             if args.stall_s is None:
@@ -70,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                                       overlap_gpus=cluster.zones.overlap)
             if cluster.state_dir:
                 state_file = StateFile(cluster.state_dir)  # held until the process ends
+                state_file.load()  # an unreadable record stops the start here, with its reason
         else:
             # Attach mode; with no workers given, engines register through the worker API
             # (POST /workers), as RL frameworks do with sglang-router.
@@ -80,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     raise_descriptor_limit()
     app = build_app(config, StateStore(table), cluster, state_file=state_file)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve(app, config.host, config.port))
+        try:
+            runner.run(_serve(app, config.host, config.port))
+        except CannotListen as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

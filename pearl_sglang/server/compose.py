@@ -7,6 +7,7 @@ and bootstraps the cluster in the background while the router already serves.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import AsyncIterator, Callable
 
 import aiohttp
@@ -29,6 +30,8 @@ from pearl_sglang.server.control_routes import CONTROL, add_control_routes
 from pearl_sglang.state_store import StateStore
 from pearl_sglang.workers.client import TransportFactory, WorkerClient
 
+log = logging.getLogger("pearl.control")
+
 LauncherFactory = Callable[[ClusterConfig, aiohttp.ClientSession], Launcher]
 PUBLIC_PATHS = frozenset({"/health", "/readiness", "/liveness", "/metrics"})
 ADMIN_PREFIXES = ("/pearl/", "/flush_cache", "/train_begin", "/train_finished", "/update_weights")
@@ -46,6 +49,11 @@ def access_class(request: web.Request) -> str:
     if path.startswith(worker_api.PATHS) and request.app[ROUTER].config.security.admin_token:
         return ADMIN  # without an admin token, open like sglang-router's (API key if set)
     return INFERENCE
+
+
+def _log_failed_start(boot: asyncio.Future) -> None:
+    if not boot.cancelled() and boot.exception() is not None:
+        log.error("the control plane did not start: no worker will be launched", exc_info=boot.exception())
 
 
 def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: LauncherFactory,
@@ -68,14 +76,15 @@ def _control_ctx(st: RouterState, cluster: ClusterConfig, launcher_factory: Laun
                                .labels(d.get("choice", {}).get("mode", "none"), str(d.get("switch"))).inc())
         app[CONTROL].orchestrator = st.control = control  # the admin routes' and the data path's view
         boot = asyncio.ensure_future(control.start())
+        boot.add_done_callback(_log_failed_start)
         yield
         boot.cancel()
-        await asyncio.gather(boot, return_exceptions=True)
+        (outcome,) = await asyncio.gather(boot, return_exceptions=True)
         await control.shutdown()
         stop_all = getattr(launcher, "stop_all", None)
         if stop_all is not None:
             await stop_all()
-            if state_file is not None:
+            if state_file is not None and not isinstance(outcome, Exception):
                 state_file.path.unlink(missing_ok=True)  # an orderly stop leaves nothing to recover
         if state_file is not None:
             state_file.close()
