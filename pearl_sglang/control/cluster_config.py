@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from pearl_sglang.control.hosts import is_host
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
@@ -45,8 +45,6 @@ from pearl_sglang.core.state import is_gpu_id
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
 MAX_CONFIG_BYTES = 16 << 20
-# A host name or an IP address (IPv6 with or without brackets).
-_HOST = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 
 
 class ConfigError(ValueError):
@@ -152,7 +150,7 @@ class LauncherConfig:
     def validate(self) -> None:
         if self.kind not in ("local", "ray"):
             raise ConfigError(f"launcher.kind must be 'local' or 'ray', got {self.kind!r}")
-        if not isinstance(self.host, str) or not _HOST.fullmatch(self.host):
+        if not is_host(self.host):
             raise ConfigError(f"launcher.host must be a host name or IP address, got {self.host!r}")
         _text(self.log_dir, "launcher.log_dir", empty=False)
         _text(self.ray_address, "launcher.ray_address", empty=False)

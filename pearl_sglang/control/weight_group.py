@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pearl_sglang.aio import gather_settled
+from pearl_sglang.control.hosts import is_host
 from pearl_sglang.control.weights import Push
 from pearl_sglang.core.state import WorkerRecord
 from pearl_sglang.workers.client import WorkerClient
@@ -27,9 +27,6 @@ from pearl_sglang.workers.client import WorkerClient
 log = logging.getLogger("pearl.control")
 
 BACKENDS = ("gloo", "nccl")
-# A host name, an IPv4 address or an IPv6 one (bracketed or not): what torch.distributed's
-# rendezvous takes, and nothing with spaces, control characters or a scheme.
-_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 DTYPES = frozenset({"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64",
                     "float8_e4m3fn", "float8_e5m2", "bool"})
 
@@ -68,7 +65,7 @@ class GroupSpec:
     def validate(self) -> None:
         if not self.group_name or len(self.group_name) > 128:
             raise InvalidGroupRequest("'group_name' must be a non-empty string of at most 128 characters")
-        if not _ADDRESS.fullmatch(self.master_address):
+        if not is_host(self.master_address):
             raise InvalidGroupRequest("'master_address' must be the trainer's host name or IP address "
                                       f"(rank 0), got {self.master_address!r}")
         if not 0 < self.master_port < 65536:
