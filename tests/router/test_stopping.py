@@ -20,6 +20,7 @@ from pearl_sglang.server.compose import build_app
 from pearl_sglang.server.stopping import stop_serving
 from pearl_sglang.state_store import StateStore
 from tests.support.emulated import emulator
+from tests.support.router_process import wait_answering
 
 SLOW = ("--time-scale", "1")  # ~4 ms a token: 8,000 tokens take half a minute
 DEAD_WORKER = "http://127.0.0.1:9"  # discard port: nothing listens there
@@ -93,16 +94,8 @@ async def test_sigterm_stops_the_router_process_within_its_grace():
                                 env=dict(os.environ), stderr=subprocess.PIPE)
         base = f"http://127.0.0.1:{port}"
         try:
+            await wait_answering(c, base + "/health", proc)
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + 60
-            while True:
-                try:
-                    if (await c.get(base + "/health")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None and loop.time() < deadline
-                await asyncio.sleep(0.2)
             long = asyncio.ensure_future(c.post(base + "/generate", json=_gen(8000)))
             registering = asyncio.ensure_future(c.post(base + "/add_worker", params={"url": DEAD_WORKER}))
             await asyncio.sleep(1.0)

@@ -22,6 +22,7 @@ from pearl_sglang.state_store import StateStore
 from pearl_sglang.workers.client import WorkerClient
 from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.emulated import emulator
+from tests.support.router_process import wait_answering
 
 FAST = ("--time-scale", "20")
 SLOW = ("--time-scale", "1")
@@ -262,17 +263,7 @@ async def test_router_started_without_workers_serves_engines_that_register(tmp_p
     base = f"http://127.0.0.1:{port}"
     try:
         async with emulator(*FAST) as (u0, _), httpx.AsyncClient(timeout=30) as c:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 60
-            while True:
-                try:
-                    if (await c.get(base + "/workers")).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-                assert loop.time() < deadline
-                await asyncio.sleep(0.2)
+            await wait_answering(c, base + "/workers", proc)
             r = await c.post(f"{base}/add_worker", params={"url": u0})
             assert r.status_code == 200, r.text
             out = (await c.post(base + "/generate", json=_gen(5))).json()
