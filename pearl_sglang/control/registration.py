@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Awaitable, Callable
-from urllib.parse import urlsplit
 
 from pearl_sglang.control.weights import NoDiskCopy, sync_worker
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
@@ -23,6 +22,7 @@ from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, Wo
 from pearl_sglang.state_store import StateStore
 from pearl_sglang.workers.client import WorkerClient
 from pearl_sglang.workers.errors import WorkerError
+from pearl_sglang.workers.urls import check_port, check_worker_url
 
 
 class RegistrationError(RuntimeError):
@@ -69,19 +69,11 @@ class WorkerSpec:
     capabilities: Capabilities = Capabilities()
 
     def validate(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"worker URL must start with http:// or https://: {self.url!r}")
-        try:
-            parts = urlsplit(self.url)
-            parts.port  # raises for a port out of range
-        except ValueError as e:
-            raise ValueError(f"worker URL {self.url!r} is malformed: {e}") from None
-        if not parts.hostname:
-            raise ValueError(f"worker URL has no host: {self.url!r}")
+        check_worker_url(self.url)
         if self.role is Role.TRAINING:
             raise ValueError("a registered worker is prefill, decode or regular")
-        if self.bootstrap_port is not None and not 0 < self.bootstrap_port < 65536:
-            raise ValueError(f"bootstrap port must be in [1, 65535], got {self.bootstrap_port}")
+        if self.bootstrap_port is not None:
+            check_port(self.bootstrap_port, "bootstrap port")
 
 
 Snapshot = Callable[[], "WeightSnapshot | None"]

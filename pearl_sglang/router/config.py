@@ -15,6 +15,7 @@ from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.routing_policy import POLICY_NAMES
 from pearl_sglang.router.stall import DEFAULT_STALL_S
 from pearl_sglang.workers.client import Timeouts
+from pearl_sglang.workers.urls import check_port, check_worker_url
 
 POLICIES = ("static", "pearl")
 ISOLATION_SCOPES = ("always", "borrowed")
@@ -46,8 +47,9 @@ class AttachedWorkers:
         if bool(self.prefill) != bool(self.decode):
             raise ValueError("PD mode needs at least one --prefill and one --decode")
         for url in (*self.regular, *(u for u, _ in self.prefill), *self.decode):
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"worker URL must start with http:// or https://: {url!r}")
+            check_worker_url(url)
+        for url, port in self.prefill:
+            check_port(port, f"--prefill {url}: bootstrap port")
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -238,7 +240,7 @@ class RouterConfig:
     def from_cli_args(cls, args: argparse.Namespace) -> "RouterConfig":
         prefill = []
         for url, port in args.prefill:
-            if not port.isdigit():
+            if not (port.isascii() and port.isdigit()):
                 raise ValueError(f"--prefill bootstrap port must be a number, got {port!r}")
             prefill.append((url, int(port)))
         return cls(

@@ -148,3 +148,27 @@ def test_a_launcher_host_that_is_not_this_machine_stops_the_start(tmp_path, tiny
     done = _router("--config", str(config), "--port", str(free_port()))
     assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize("attached,words", [
+    ({"regular": ("http://[::1",)}, "malformed"),
+    ({"regular": ("http://127.0.0.1:99999",)}, "malformed"),
+    ({"regular": ("http://127.0.0.1:abc",)}, "malformed"),
+    ({"regular": ("http://",)}, "no host"),
+    ({"regular": ("http://a b:1",)}, "no host"),
+    ({"regular": ("ftp://x",)}, "http://"),
+    ({"prefill": (("http://127.0.0.1:1", 0),), "decode": ("http://127.0.0.1:2",)}, "bootstrap port"),
+    ({"prefill": (("http://127.0.0.1:1", 99999),), "decode": ("http://127.0.0.1:2",)}, "bootstrap port"),
+])
+def test_attached_worker_urls_are_checked_like_registered_ones(attached, words):
+    # They once became workers that were forever down; the worker API refused the same URLs.
+    from pearl_sglang.router.config import AttachedWorkers
+
+    with pytest.raises(ValueError, match=words):
+        AttachedWorkers(**attached).validate()
+
+
+def test_a_non_ascii_bootstrap_port_flag_is_named():
+    done = _router("--prefill", "http://127.0.0.1:1", "\u00b2", "--decode", "http://127.0.0.1:2",
+                   "--port", str(free_port()))
+    assert done.returncode == 2 and "--prefill bootstrap port must be a number" in done.stderr, done.stderr[-2000:]
