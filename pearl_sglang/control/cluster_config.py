@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from pearl_sglang.control.hosts import is_host
 from pearl_sglang.core.decision import Thresholds
 from pearl_sglang.core.errors import InvalidConfig
 from pearl_sglang.core.gate import INITIAL_TOGGLE_COST_S
@@ -41,7 +40,8 @@ from pearl_sglang.core.policy import DecisionConfig
 from pearl_sglang.core.pool_usage import UsageThresholds
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import ProfileFit
-from pearl_sglang.core.state import is_gpu_id
+from pearl_sglang.core.state import MAX_TP_SIZE, is_gpu_id
+from pearl_sglang.workers.addresses import is_host
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
 MAX_CONFIG_BYTES = 16 << 20
@@ -122,8 +122,9 @@ class EngineConfig:
             raise ConfigError(f"engine.kind must be 'sglang' or 'emulator', got {self.kind!r}")
         if self.kind == "sglang" and not self.model_path:
             raise ConfigError("engine.model_path is required for SGLang workers")
-        if isinstance(self.tp_size, bool) or not isinstance(self.tp_size, int) or not 1 <= self.tp_size <= 1024:
-            raise ConfigError("engine.tp_size must be an integer in [1, 1024]")
+        if isinstance(self.tp_size, bool) or not isinstance(self.tp_size, int) \
+                or not 1 <= self.tp_size <= MAX_TP_SIZE:
+            raise ConfigError(f"engine.tp_size must be an integer in [1, {MAX_TP_SIZE}]")
         _text(self.weight_version, "engine.weight_version", empty=False)
         for key in ("model_path", "python", "transfer_backend"):
             _text(getattr(self, key), f"engine.{key}")

@@ -20,9 +20,9 @@ from pearl_sglang.core.events import WorkerRegistered, WorkerUnregistered, Worke
 from pearl_sglang.core.registered import GPU_PREFIX, RegistrationConfig
 from pearl_sglang.core.state import Activity, OverlapOwner, Role, StateTable, WorkerRecord, Zone
 from pearl_sglang.state_store import StateStore
+from pearl_sglang.workers.addresses import check_port, check_worker_url
 from pearl_sglang.workers.client import WorkerClient
 from pearl_sglang.workers.errors import WorkerError
-from pearl_sglang.workers.urls import check_port, check_worker_url
 
 
 class RegistrationError(RuntimeError):

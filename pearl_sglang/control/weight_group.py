@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from pearl_sglang.aio import gather_settled
-from pearl_sglang.control.hosts import is_host
 from pearl_sglang.control.weights import Push
 from pearl_sglang.core.state import WorkerRecord
 from pearl_sglang.workers.client import WorkerClient
+from pearl_sglang.workers.addresses import is_host
 
 log = logging.getLogger("pearl.control")
 

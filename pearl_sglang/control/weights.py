@@ -45,9 +45,8 @@ async def sync_worker(ops: WorkerClient, url: str, snapshot: WeightSnapshot, *, 
     if info.get("weight_version") == snapshot.version and not reload:
         return
     if snapshot.model_path is None:
-        if reload:
+        if reload or not loadable(snapshot):
             raise NoDiskCopy(_no_disk_copy(snapshot))
-        require_disk_copy(snapshot)
         await ops.set_version(url, snapshot.version)
         return
     await ops.update_from_disk(url, model_path=snapshot.model_path, version=snapshot.version,

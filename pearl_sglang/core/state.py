@@ -146,6 +146,10 @@ def _opt_str(v: Any, key: str) -> str | None:
     return None if v is None else _str(v, key)
 
 
+# GPUs one worker spans (tensor parallelism): a bound on what configs and flags may ask for.
+MAX_TP_SIZE = 1024
+
+
 def is_gpu_id(value: Any) -> bool:
     """``node:index``: a node name (ASCII letters, digits, '.', '_', '-'; a host name or a
     label) and the GPU's index on that node."""

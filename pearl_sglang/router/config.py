@@ -8,20 +8,18 @@ import os
 from dataclasses import dataclass, field
 
 from pearl_sglang.core.registered import RegistrationConfig
+from pearl_sglang.core.state import MAX_TP_SIZE
 from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.router.connections import ConnectionLimits
 from pearl_sglang.router.dispatch import DispatchConfig
 from pearl_sglang.router.limits import Limits
 from pearl_sglang.router.routing_policy import POLICY_NAMES
 from pearl_sglang.router.stall import DEFAULT_STALL_S
+from pearl_sglang.workers.addresses import check_port, check_worker_url
 from pearl_sglang.workers.client import Timeouts
-from pearl_sglang.workers.urls import check_port, check_worker_url
 
 POLICIES = ("static", "pearl")
 ISOLATION_SCOPES = ("always", "borrowed")
-
-
-MAX_TP_SIZE = 1024
 
 
 def finite_float(text: str) -> float:
