@@ -90,10 +90,12 @@ def _finish_fields(h: RequestHandle) -> tuple[Optional[str], Any]:
     return fr.type, fr.matched if fr.type == "stop" else None
 
 
-def _usage(handles: list[RequestHandle]) -> dict:
-    p = sum(h.prompt_tokens for h in handles)
+def _usage(handles: list[RequestHandle], n: int) -> dict:
+    """As SGLang's ``UsageProcessor``: each prompt (and its cached tokens) counted once,
+    from the first of its ``n`` choices; every choice's completion."""
+    p = sum(h.prompt_tokens for h in handles[::n])
     c = sum(len(h.output_ids) for h in handles)
-    cached = sum(h.cached_tokens for h in handles)
+    cached = sum(h.cached_tokens for h in handles[::n])
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
             "prompt_tokens_details": {"cached_tokens": cached} if cached else None,
             "reasoning_tokens": 0, "completion_tokens_details": None}
@@ -165,7 +167,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             choices.append(c)
         return web.json_response({
             "id": run.handles[0].rid, "object": obj, "created": created, "model": model,
-            "choices": choices, "usage": _usage(run.handles),
+            "choices": choices, "usage": _usage(run.handles, n),
             "metadata": {"weight_version": run.handles[0].weight_version or worker.engine.version}})
     resp = await _start_sse(request)
     sent_text = [""] * len(items)
@@ -195,7 +197,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             if include_usage and remaining[0] == 0:
                 out.append(_sse({"id": h.rid, "object": obj + ".chunk" if chat else obj,
                                  "created": created, "model": model, "choices": [],
-                                 "usage": _usage(run.handles)}))
+                                 "usage": _usage(run.handles, n)}))
         return out
     await run.stream(resp, [worker.args.stream_interval] * len(items), chunk)
     return resp

@@ -1,9 +1,10 @@
 """Inference endpoints: SGLang's ``/generate`` and the OpenAI-compatible API.
 
 ``/generate`` items run through the dispatcher (partial-trajectory retention, PD pairs,
-affinity). Single-sequence text OpenAI requests do too, as token ids a worker rendered
-and tokenized (``openai_generate``). The rest (tools, logprobs, ``n > 1``, ...) are
-proxied to the chosen worker (or PD pair) as they are (``passthrough``).
+affinity). Single-prompt text OpenAI requests do too, as token ids a worker rendered
+and tokenized (``openai_generate``), each of their ``n`` choices an item. The rest
+(tools, logprobs, batched prompts, ...) are proxied to the chosen worker (or PD pair) as
+they are (``passthrough``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
 from aiohttp import web
 
 from pearl_sglang import fastjson
+from pearl_sglang.aio import gather_settled
 from pearl_sglang.router import openai_dispatch, openai_generate
 from pearl_sglang.router.answers import answer_for
 from pearl_sglang.router.drain import abort
@@ -78,9 +80,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 def start_runs(st: RouterState, call: GenerateCall, tag: TrajectoryTag) -> list[AsyncIterator[dict[str, Any]]]:
     """The dispatcher's run of each item of a parsed call; a rid already in flight is a 400."""
-    busy = [i.rid for i in call.items if st.inflight.is_open(i.rid)]
-    if busy:
-        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    st.inflight.refuse_open(i.rid for i in call.items)
     trajectory, turn = tag.trajectory, tag.turn
     note_expected_turns(st, tag)
     items = call.items
@@ -93,9 +93,16 @@ def start_runs(st: RouterState, call: GenerateCall, tag: TrajectoryTag) -> list[
 
 
 async def unstreamed_answer(runs: list[AsyncIterator[dict[str, Any]]], is_batch: bool) -> Any:
-    """The answer a client that does not stream gets: the item's last chunk, or a list."""
+    """The answer a client that does not stream gets: the item's last chunk, or a list.
+    When one item fails the answer is its error, and the others stop at their workers."""
     if len(runs) > 1:
-        return await asyncio.gather(*(_last(r) for r in runs))
+        tasks = [asyncio.ensure_future(_last(r)) for r in runs]
+        try:
+            return await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await gather_settled(*tasks)
     last = await _last(runs[0])  # one item (a rollout turn) runs in this task: none of its own
     return [last] if is_batch else last
 
@@ -292,29 +299,41 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
             st.inflight.close(rid)
 
 
+def choice_rids(rid: Any, n: int) -> tuple[str, list[str]]:
+    """The answer's id and the rids of its ``n`` choices (one dispatcher item each): the
+    client's list (one per choice), or ``rid`` and, for ``n > 1``, ``rid_0`` ..
+    ``rid_{n-1}`` (an abort of ``rid`` reaches them all), a router rid when none is given."""
+    if isinstance(rid, list):
+        if len(rid) != n:
+            raise BadRequest(f"'rid' lists {len(rid)} rids for n={n} choices: give one per choice")
+        return rid[0], list(rid)
+    base = rid or f"pearl-oai-{secrets.token_hex(8)}"
+    return base, [base] if n == 1 else [f"{base}_{i}" for i in range(n)]
+
+
 async def _openai_generate(request: web.Request, st: RouterState, body: dict[str, Any], *, chat: bool,
                            stream: bool, trajectory: str | None) -> web.StreamResponse:
-    """Run the request as token ids through the dispatcher: drained, migrated and stitched
-    like any ``/generate`` item, rendered back as OpenAI objects."""
-    rid = body.get("rid")
-    rid = (rid[0] if isinstance(rid, list) else rid) or f"pearl-oai-{secrets.token_hex(8)}"
-    if st.inflight.is_open(rid):
-        raise BadRequest(f"rid {rid!r} is already in flight", kind="duplicate_rid")
+    """Run the request as token ids through the dispatcher, one item per choice: drained,
+    migrated and stitched like any ``/generate`` item, rendered back as OpenAI objects."""
+    n = body.get("n") or 1
+    answer_id, rids = choice_rids(body.get("rid"), n)
+    st.inflight.refuse_open(rids)
     ids, max_model_len = await openai_dispatch.prompt_ids(st, body, chat=chat, trajectory=trajectory, what=request.path)
     sampling = openai_generate.sampling_params(body, chat=chat, prompt_len=len(ids), max_model_len=max_model_len,
                                                cap=st.config.limits.max_new_tokens)
-    item = GenerateItem(index=0, rid=rid, text=None, input_ids=tuple(ids), sampling=sampling)
     renderer = openai_generate.Renderer(
-        rid=rid, model=body.get("model") or "default", created=int(st.clock.epoch()), chat=chat,
-        include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
-    run = openai_dispatch.whole_text(st, st.dispatcher.run(item, trajectory=trajectory,
-                                                            client_stream_interval=1 if stream else None),
-                                      skip_special_tokens=body.get("skip_special_tokens", True))
+        rid=answer_id, model=body.get("model") or "default", created=int(st.clock.epoch()), chat=chat,
+        include_usage=bool((body.get("stream_options") or {}).get("include_usage")), n=n)
+    prompt = tuple(ids)
+    runs = [openai_dispatch.whole_text(
+        st, st.dispatcher.run(GenerateItem(index=i, rid=rid, text=None, input_ids=prompt, sampling=sampling),
+                              trajectory=trajectory, client_stream_interval=1 if stream else None),
+        skip_special_tokens=body.get("skip_special_tokens", True)) for i, rid in enumerate(rids)]
     if stream:
-        def render(_: int, chunk: dict[str, Any]) -> bytes:
-            return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk))
+        def render(index: int, chunk: dict[str, Any]) -> bytes:
+            return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk, index))
         with _StreamSlot(st, request):
-            return await _stream(request, [run], False, render)
+            return await _stream(request, runs, False, render)
     with st.client_watch.watching(request):
-        last = await _last(run)
-    return web.Response(body=fastjson.dumps(renderer.whole(last)), content_type="application/json")
+        lasts = await unstreamed_answer(runs, is_batch=True)
+    return web.Response(body=fastjson.dumps(renderer.whole(lasts)), content_type="application/json")

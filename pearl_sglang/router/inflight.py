@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable
 
+from pearl_sglang.router.errors import BadRequest
+
 
 class EndCause(str, Enum):
     CLIENT_ABORT = "client_abort"
@@ -101,6 +103,12 @@ class InFlightRegistry:
 
     def is_open(self, rid: str) -> bool:
         return rid in self._by_rid
+
+    def refuse_open(self, rids: Iterable[str]) -> None:
+        """A request naming a rid already in flight is a 400: the two would be one to an abort."""
+        busy = [rid for rid in rids if rid in self._by_rid]
+        if busy:
+            raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
 
     def __len__(self) -> int:
         return len(self._by_rid)

@@ -3,14 +3,14 @@
 SGLang 0.5.23's OpenAI endpoints do not stream token ids, so a request proxied to them
 cannot move when its worker leaves. Instead the router renders and tokenizes the prompt
 once at a worker (``/tokenize`` applies the chat template), runs ``input_ids`` through
-the dispatcher like any ``/generate`` item (migrated and stitched token-exactly), and
-renders the stitched cumulative chunks here. Requests whose answer needs the worker's
-own OpenAI layer (tool calls, response formats, logprobs, ``n > 1``, ...) are not
-eligible and keep the proxy. Pure: no I/O.
+the dispatcher like any ``/generate`` item (migrated and stitched token-exactly; with
+``n > 1``, one item per choice), and renders the stitched cumulative chunks here.
+Requests whose answer needs the worker's own OpenAI layer (tool calls, response formats,
+logprobs, batched prompts, ...) are not eligible and keep the proxy. Pure: no I/O.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Fields this path understands; a request with any other one keeps the proxy, so nothing
@@ -45,7 +45,7 @@ def _text_only(messages: Any) -> bool:
 
 def eligible(body: dict[str, Any], *, chat: bool) -> bool:
     """Whether the request can run through the dispatcher without losing anything."""
-    if not set(body) <= (_CHAT if chat else _COMPLETION) or (body.get("n") or 1) != 1:
+    if not set(body) <= (_CHAT if chat else _COMPLETION):
         return False
     if chat:
         return _text_only(body["messages"])
@@ -86,25 +86,36 @@ def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
     return kind, reason.get("matched") if kind == "stop" else None
 
 
-def usage(meta: dict[str, Any]) -> dict[str, Any]:
-    prompt, completion = int(meta.get("prompt_tokens") or 0), int(meta.get("completion_tokens") or 0)
-    cached = meta.get("cached_tokens")
+def usage(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """A prompt's usage over its choices' final ``meta_info``, counted as SGLang counts it
+    for ``n > 1``: the prompt and its cached tokens once (choice 0's), every completion."""
+    prompt = int(metas[0].get("prompt_tokens") or 0)
+    completion = sum(int(m.get("completion_tokens") or 0) for m in metas)
+    cached = metas[0].get("cached_tokens")
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached} if cached else None}
 
 
 @dataclass
 class Renderer:
-    """Turns one item's stitched cumulative chunks into OpenAI objects. Text is the
-    stitched ``text`` of ``/generate`` (cumulative), sent as increments."""
+    """Turns the stitched cumulative chunks of a request's ``n`` samples (one dispatcher
+    item each, choice ``index`` 0..n-1) into OpenAI objects. Text is the stitched ``text``
+    of ``/generate`` (cumulative), sent as increments; with ``include_usage`` the stream
+    ends with one usage event once every choice has finished."""
 
     rid: str
     model: str
     created: int
     chat: bool
     include_usage: bool = False
-    sent: str = ""
-    started: bool = False
+    n: int = 1
+    _sent: list[str] = field(init=False)
+    _started: list[bool] = field(init=False)
+    _finals: dict[int, dict[str, Any]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._sent = [""] * self.n
+        self._started = [False] * self.n
 
     @property
     def _object(self) -> str:
@@ -113,41 +124,49 @@ class Renderer:
     def _envelope(self, choices: list[dict[str, Any]], obj: str) -> dict[str, Any]:
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
-    def chunks(self, out: dict[str, Any]) -> list[dict[str, Any]]:
-        """The stream events for a cumulative chunk (the last one carries finish_reason)."""
-        text = out.get("text") or ""
-        delta = text[len(self.sent):] if text.startswith(self.sent) else text
-        self.sent = text if text.startswith(self.sent) else self.sent + text
+    def chunks(self, out: dict[str, Any], index: int = 0) -> list[dict[str, Any]]:
+        """The stream events for choice ``index``'s cumulative chunk (its last one carries
+        finish_reason)."""
+        text, sent = out.get("text") or "", self._sent[index]
+        delta = text[len(sent):] if text.startswith(sent) else text
+        self._sent[index] = text if text.startswith(sent) else sent + text
         meta = out.get("meta_info") or {}
         reason, matched = _finish(meta)
-        if not delta and reason is None and self.started:
+        if not delta and reason is None and self._started[index]:
             return []
         if self.chat:
             d: dict[str, Any] = {"content": delta}
-            if not self.started:
+            if not self._started[index]:
                 d = {"role": "assistant", "content": delta}
-            choice = {"index": 0, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+            choice = {"index": index, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
         else:
-            choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-        self.started = True
+            choice = {"index": index, "text": delta, "logprobs": None, "finish_reason": reason,
+                      "matched_stop": matched}
+        self._started[index] = True
         obj = self._object + ".chunk" if self.chat else self._object
         events = [self._envelope([choice], obj)]
-        if reason is not None and self.include_usage:
-            events.append({**self._envelope([], obj), "usage": usage(meta)})
+        if reason is not None:
+            self._finals[index] = meta
+            if self.include_usage and len(self._finals) == self.n:
+                events.append({**self._envelope([], obj), "usage": usage(list(self._finals.values()))})
         return events
 
-    def whole(self, out: dict[str, Any]) -> dict[str, Any]:
-        """The non-streaming answer for the final stitched chunk."""
-        meta = out.get("meta_info") or {}
-        reason, matched = _finish(meta)
-        text = out.get("text") or ""
-        choice: dict[str, Any] = {"index": 0}
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
-        else:
-            choice["text"] = text
-        choice.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
-        answer = {**self._envelope([choice], self._object), "usage": usage(meta)}
-        if meta.get("weight_version") is not None:
-            answer["metadata"] = {"weight_version": meta["weight_version"]}
+    def whole(self, outs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The non-streaming answer for the choices' final stitched chunks, in index order."""
+        choices = []
+        for index, out in enumerate(outs):
+            reason, matched = _finish(out.get("meta_info") or {})
+            text = out.get("text") or ""
+            choice: dict[str, Any] = {"index": index}
+            if self.chat:
+                choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
+                                     "tool_calls": None}
+            else:
+                choice["text"] = text
+            choice.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
+            choices.append(choice)
+        metas = [out.get("meta_info") or {} for out in outs]
+        answer = {**self._envelope(choices, self._object), "usage": usage(metas)}
+        if metas[0].get("weight_version") is not None:
+            answer["metadata"] = {"weight_version": metas[0]["weight_version"]}
         return answer

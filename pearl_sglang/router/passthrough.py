@@ -1,4 +1,4 @@
-"""OpenAI requests the router cannot run as token ids (tools, logprobs, ``n > 1``, ...),
+"""OpenAI requests the router cannot run as token ids (tools, logprobs, batched prompts, ...),
 proxied to the chosen worker (or PD pair) as they are.
 
 They are in the in-flight registry (load, drain, abort by rid) under the rids the worker
@@ -19,7 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from pearl_sglang.router.client_watch import client_gone
-from pearl_sglang.router.errors import BadRequest, UpstreamFailed
+from pearl_sglang.router.errors import UpstreamFailed
 from pearl_sglang.router.state import RouterState
 from pearl_sglang.workers.errors import WorkerError, WorkerStalled, WorkerUnavailable, status_error
 
@@ -37,9 +37,7 @@ def openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[s
         if sequences == 1:
             body["rid"] = rid
     rids = [rid] if isinstance(rid, str) else list(rid)
-    busy = [r for r in rids if st.inflight.is_open(r)]
-    if busy:
-        raise BadRequest(f"rid {busy[0]!r} is already in flight", kind="duplicate_rid")
+    st.inflight.refuse_open(rids)
     return rids
 
 

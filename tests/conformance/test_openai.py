@@ -48,3 +48,23 @@ def test_completions(worker):
 def test_models(worker):
     out = get(worker.url + "/v1/models").json()
     assert out["data"] and out["data"][0]["id"]
+
+
+def test_n_choices_count_the_prompt_once_and_every_completion(worker):
+    body = {"model": "m", "messages": [{"role": "user", "content": "three tries"}],
+            "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    one = post(worker.url + "/v1/chat/completions", body).json()
+    r = post(worker.url + "/v1/chat/completions", {**body, "n": 3})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert [c["index"] for c in out["choices"]] == [0, 1, 2]
+    assert out["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    assert out["usage"]["completion_tokens"] == 12
+    events = sse_events(worker.url + "/v1/chat/completions",
+                        {**body, "n": 3, "stream": True, "stream_options": {"include_usage": True}})
+    assert events[-1] == "[DONE]"
+    usage = [e["usage"] for e in events[:-1] if e.get("usage")]
+    assert events[-2].get("usage") and events[-2]["choices"] == []
+    assert usage[-1]["prompt_tokens"] == one["usage"]["prompt_tokens"] and usage[-1]["completion_tokens"] == 12
+    finished = sorted(c["index"] for e in events[:-1] for c in e["choices"] if c.get("finish_reason"))
+    assert finished == [0, 1, 2]

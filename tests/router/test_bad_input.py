@@ -204,6 +204,7 @@ async def test_openai_and_abort_endpoints_apply_the_documented_limits(path, body
     # mid-stream (and its circuit opened), or a repeated rid leaked in-flight load.
     ("/v1/chat/completions", {**CHAT, "rid": []}, "'rid'"),
     ("/v1/chat/completions", {**CHAT, "n": 2, "rid": ["dup", "dup"]}, "repeat"),
+    ("/v1/chat/completions", {**CHAT, "n": 3, "rid": ["a", "b"]}, "one per choice"),
     ("/v1/completions", {"prompt": ["a", "b"], "rid": ["dup", "dup"]}, "repeat"),
     ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": "yes"}, "'stream_options'"),
     ("/v1/chat/completions", {**CHAT, "n": 2, "stream": True, "stream_options": [1]}, "'stream_options'"),

@@ -2,15 +2,20 @@
 ``/generate``, and how stitched cumulative chunks render as OpenAI objects."""
 from __future__ import annotations
 
+import pytest
+
+from pearl_sglang.router.errors import BadRequest
+from pearl_sglang.router.inference_routes import choice_rids
 from pearl_sglang.router.openai_generate import Renderer, eligible, sampling_params, tokenize_body
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def test_text_single_sequence_requests_are_eligible_and_the_rest_keep_the_proxy():
+def test_text_single_prompt_requests_are_eligible_and_the_rest_keep_the_proxy():
     assert eligible({**CHAT, "max_tokens": 5, "stream": True, "seed": 3}, chat=True)
+    assert eligible({**CHAT, "n": 4}, chat=True) and eligible({"prompt": "x", "n": 2}, chat=False)
     assert eligible({"prompt": "x"}, chat=False) and eligible({"prompt": [1, 2]}, chat=False)
-    for extra in ({"tools": []}, {"n": 2}, {"logprobs": True}, {"response_format": {"type": "json_object"}},
+    for extra in ({"tools": []}, {"tools": [], "n": 2}, {"logprobs": True}, {"response_format": {"type": "json_object"}},
                   {"made_up_field": 1}):
         assert not eligible({**CHAT, **extra}, chat=True), extra
     assert not eligible({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, chat=True)
@@ -41,6 +46,37 @@ def test_renderer_sends_increments_then_finish_reason_and_usage():
     last = r.chunks(_out("Hello!", 3, {"type": "stop", "matched": "!"}))
     assert last[0]["choices"][0]["finish_reason"] == "stop" and last[0]["choices"][0]["matched_stop"] == "!"
     assert last[1]["choices"] == [] and last[1]["usage"]["total_tokens"] == 7
-    whole = Renderer(rid="r", model="m", created=1, chat=False).whole(_out("ab", 2, {"type": "length", "length": 2}))
+    whole = Renderer(rid="r", model="m", created=1, chat=False).whole([_out("ab", 2, {"type": "length", "length": 2})])
     assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "ab"
     assert whole["choices"][0]["finish_reason"] == "length" and whole["usage"]["completion_tokens"] == 2
+
+
+def test_choices_render_with_their_index_and_one_usage_once_all_have_finished():
+    r = Renderer(rid="g", model="m", created=1, chat=True, include_usage=True, n=2)
+    assert r.chunks(_out("A", 1), 1)[0]["choices"][0] == {
+        "index": 1, "delta": {"role": "assistant", "content": "A"}, "logprobs": None,
+        "finish_reason": None, "matched_stop": None}
+    assert r.chunks(_out("x", 1), 0)[0]["choices"][0]["delta"] == {"role": "assistant", "content": "x"}
+    assert r.chunks(_out("AB", 2), 1)[0]["choices"][0]["delta"] == {"content": "B"}
+    done1 = r.chunks(_out("AB", 2, {"type": "length", "length": 2}), 1)
+    assert len(done1) == 1 and done1[0]["choices"][0]["finish_reason"] == "length"  # choice 0 still runs
+    done0 = r.chunks(_out("xyz", 3, {"type": "stop", "matched": "z"}), 0)
+    assert done0[0]["choices"][0]["index"] == 0 and done0[0]["choices"][0]["delta"] == {"content": "yz"}
+    # As SGLang counts n > 1: the prompt once, every choice's completion.
+    assert done0[1]["choices"] == [] and done0[1]["usage"]["prompt_tokens"] == 4
+    assert done0[1]["usage"]["completion_tokens"] == 5 and done0[1]["usage"]["total_tokens"] == 9
+    whole = Renderer(rid="g", model="m", created=1, chat=False, n=2).whole(
+        [_out("ab", 2, {"type": "length", "length": 2}), _out("c", 1, {"type": "stop", "matched": None})])
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in whole["choices"]] == [
+        (0, "ab", "length"), (1, "c", "stop")]
+    assert whole["id"] == "g" and whole["usage"]["total_tokens"] == 4 + 3
+
+
+def test_choice_rids_name_every_choice_so_an_abort_by_the_request_rid_reaches_them():
+    assert choice_rids("r", 1) == ("r", ["r"])
+    assert choice_rids("r", 3) == ("r", ["r_0", "r_1", "r_2"])
+    assert choice_rids(["a", "b"], 2) == ("a", ["a", "b"])
+    answer_id, rids = choice_rids(None, 2)
+    assert answer_id.startswith("pearl-oai-") and rids == [answer_id + "_0", answer_id + "_1"]
+    with pytest.raises(BadRequest, match="one per choice"):
+        choice_rids(["a", "b"], 3)

@@ -1,7 +1,7 @@
 """OpenAI requests are in the router's in-flight registry. Those that run through the
-dispatcher (text chat and completions, n=1) move off a drained worker and are aborted by
-rid; those kept on the proxy (tools, n>1, ...) are waited for by a drain instead of having
-their worker stopped under them."""
+dispatcher (text chat and completions, each of their n choices an item) move off a
+drained worker and are aborted by rid; those kept on the proxy (tools, ...) are waited
+for by a drain instead of having their worker stopped under them."""
 from __future__ import annotations
 
 import asyncio
@@ -131,3 +131,73 @@ async def test_a_rid_already_in_flight_is_refused_on_openai_endpoints():
             assert r.status_code == 400 and "already in flight" in r.text
             await c.post(url + "/abort_request", json={"rid": "dup"})
             await task
+
+
+def _by_choice(chunks: list, n: int) -> tuple[list[str], list[list]]:
+    """Each choice's streamed content and finish reasons, from chunks of any order."""
+    texts, reasons = [""] * n, [[] for _ in range(n)]
+    for ch in chunks:
+        if isinstance(ch, dict) and ch.get("choices"):
+            (c,) = ch["choices"]
+            texts[c["index"]] += c["delta"].get("content") or ""
+            if c["finish_reason"]:
+                reasons[c["index"]].append(c["finish_reason"])
+    return texts, reasons
+
+
+async def test_n_choices_run_as_dispatcher_items_and_answer_as_the_worker_does():
+    async with emulators(2) as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            body = {**_chat(40), "stream": False, "n": 3}
+            direct = (await c.post(workers[0][0] + "/v1/chat/completions", json=body)).json()
+            async with running_router(regular=[u for u, _ in workers]) as (url, app, _):
+                routed = (await c.post(url + "/v1/chat/completions", json={**body, "rid": "grp"})).json()
+                chunks: list = []
+                await _consume(c, url, {**_chat(40), "n": 3}, chunks)
+                assert len(app[ROUTER].inflight) == 0
+    assert routed["id"] == "grp"
+    assert [ch["index"] for ch in routed["choices"]] == [0, 1, 2]
+    assert [ch["message"] for ch in routed["choices"]] == [ch["message"] for ch in direct["choices"]]
+    assert routed["usage"]["prompt_tokens"] == direct["usage"]["prompt_tokens"]
+    assert routed["usage"]["completion_tokens"] == direct["usage"]["completion_tokens"] == 120
+    texts, reasons = _by_choice(chunks, 3)
+    assert texts == [ch["message"]["content"] for ch in direct["choices"]]
+    assert reasons == [["length"]] * 3
+    usage = [ch["usage"] for ch in chunks[:-1] if ch.get("usage")]
+    assert chunks[-1] == "[DONE]" and chunks[-2].get("usage") and len(usage) == 1
+    assert usage[0]["completion_tokens"] == 120 and usage[0]["prompt_tokens"] == direct["usage"]["prompt_tokens"]
+
+
+async def test_n_choices_move_off_a_drained_worker_and_are_aborted_by_the_request_rid():
+    async with emulators(2, *SLOW) as workers:
+        async with httpx.AsyncClient(timeout=60) as c:
+            expected = (await c.post(workers[0][0] + "/v1/chat/completions",
+                                     json={**_chat(300), "stream": False})).json()
+            async with running_router(regular=[u for u, _ in workers]) as (url, app, store):
+                st = app[ROUTER]
+                chunks: list = []
+                task = asyncio.ensure_future(_consume(c, url, {**_chat(300), "n": 2}, chunks))
+                await until(lambda: sum(st.inflight.load().values()) == 2, what="both choices placed")
+                load = dict(st.inflight.load())  # a copy: the registry's own map changes
+                for slot in load:
+                    await _until_running(workers[slot][1])
+                slot = max(load, key=load.get)  # both, with prefix affinity
+                await store.apply([GpusLeave(store.table.worker(slot).gpus)])
+                assert await migrate_off(st, slot) == load[slot]
+                assert await wait_drained(st, slot, timeout_s=30)
+                assert not task.done(), "the choices ended with their worker instead of moving"
+                await asyncio.wait_for(task, 60)
+                assert st.dispatcher.migrations == load[slot]
+                texts, reasons = _by_choice(chunks, 2)
+                assert texts == [expected["choices"][0]["message"]["content"]] * 2
+                assert reasons == [["length"]] * 2
+
+                aborted: list = []
+                task = asyncio.ensure_future(_consume(c, url, {**_chat(2000, rid="grp"), "n": 2}, aborted))
+                await until(lambda: sum(st.inflight.load().values()) == 2, what="both choices placed")
+                r = await c.post(url + "/abort_request", json={"rid": "grp"})
+                assert sorted(r.json()["aborted"]) == ["grp_0", "grp_1"]
+                await asyncio.wait_for(task, 10)
+                assert len(st.inflight) == 0
+    assert _by_choice(aborted, 2)[1] == [["abort"]] * 2
+    assert aborted[-1] == "[DONE]"

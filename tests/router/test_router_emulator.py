@@ -196,3 +196,21 @@ async def test_a_migrated_request_whose_worker_answers_the_abort_with_an_error_s
     assert out["output_ids"] == reference["output_ids"]
     assert out["meta_info"]["pearl_attempts"] == 2
     assert out["meta_info"]["finish_reason"] == {"type": "length", "length": 400}
+
+
+async def test_a_batch_item_refused_by_its_worker_stops_the_others_at_their_workers():
+    async with emulators(1, *SLOW) as workers:
+        (u0, w0), = workers
+        async with httpx.AsyncClient(timeout=60) as c, running_router(regular=[u0]) as (url, app, _):
+            long = {"max_new_tokens": 3000, "ignore_eos": True}
+            body = {"input_ids": [[3, 1, 4], [2, 7]], "rid": ["long", "bad"],
+                    "sampling_params": [long, {**long, "temperature": "hot"}]}  # the worker's 400
+            r = await c.post(url + "/generate", json=body)
+            assert r.status_code == 400, r.text
+            # The batch's answer is the refusal: the long item is not left running unread.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 5
+            while w0.engine.loads().num_running_reqs + w0.engine.loads().num_waiting_reqs:
+                assert loop.time() < deadline, "the batch's other item kept running at its worker"
+                await asyncio.sleep(0.02)
+            assert len(app[ROUTER].inflight) == 0

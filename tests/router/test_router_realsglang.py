@@ -115,6 +115,13 @@ async def test_openai_client_chat_and_completions(real):
                 model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0, stream=True)
             pieces = [c async for c in stream]
             assert pieces and any(c.choices and c.choices[0].finish_reason for c in pieces)
+            # n choices run as dispatcher items; greedy, so all alike, and usage as SGLang counts it.
+            group = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "run the tests"}], max_tokens=6, temperature=0, n=2)
+            assert [c.index for c in group.choices] == [0, 1]
+            assert {c.message.content for c in group.choices} == {chat.choices[0].message.content}
+            assert group.usage.prompt_tokens == chat.usage.prompt_tokens
+            assert group.usage.completion_tokens == 2 * chat.usage.completion_tokens
             await client.close()
 
 
