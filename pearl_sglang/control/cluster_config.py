@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -40,7 +41,7 @@ from pearl_sglang.core.policy import DecisionConfig
 from pearl_sglang.core.pool_usage import UsageThresholds
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.telemetry import ProfileFit
-from pearl_sglang.core.state import MAX_TP_SIZE, is_gpu_id
+from pearl_sglang.core.state import MAX_TP_SIZE, gpu_node, is_gpu_id
 from pearl_sglang.workers.addresses import is_host
 
 ROUTING_POLICIES = ("cost", "cache_aware", "round_robin")  # router/routing_policy.py
@@ -176,8 +177,10 @@ class Zones:
         both = set(self.dedicated) & set(self.overlap)
         if both:
             raise ConfigError(f"GPUs in both zones: {sorted(both)}")
-        if len(self.dedicated) < tp_size:
-            raise ConfigError(f"zones.dedicated needs at least tp_size={tp_size} GPUs")
+        per_node = Counter(gpu_node(gpu) for gpu in self.dedicated)
+        if max(per_node.values(), default=0) < tp_size:
+            raise ConfigError(f"zones.dedicated needs at least tp_size={tp_size} GPUs on one node "
+                              f"(a TP group never spans nodes); it has {dict(per_node) or 'none'}")
 
 
 @dataclass(frozen=True)

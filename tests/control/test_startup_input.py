@@ -31,6 +31,7 @@ def _base(model_dir) -> dict:
     ({"zones": {"dedicated": None}}, "zones.dedicated must be a list"),
     ({"zones": {"dedicated": 0}}, "zones.dedicated must be a list"),
     ({"zones": {"dedicated": ["d0:0", "d0:0"]}}, "twice"),
+    ({"engine": {"kind": "emulator", "tp_size": 2}, "zones": {"dedicated": ["d0:0", "d1:0"]}}, "on one node"),
     ({"engine": {"kind": "emulator", "extra_args": 5}}, "extra_args"),
     ({"engine": {"kind": "emulator", "weight_version": ["v"]}}, "weight_version"),
     ({"engine": {"kind": "emulator", "tp_size": 10 ** 20}}, "tp_size"),
