@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Optional
 from aiohttp import web
 
 from .. import fastjson
-from .http_parse import BadRequest, ParsedGenerate, parse_generate, parse_sampling
+from .http_parse import BadRequest, ParsedGenerate, parse_generate, parse_sampling, weight_spans
 from .request import Bootstrap, GenerateRequest, RequestHandle, RequestRejected, SamplingParams
 from .runs import Run, chunk_body, error_body, final_answer, stream_intervals
 from .worker import WORKER
@@ -96,7 +96,7 @@ def _usage(handles: list[RequestHandle], n: int) -> dict:
     p = sum(h.prompt_tokens for h in handles[::n])
     c = sum(len(h.output_ids) for h in handles)
     cached = sum(h.cached_tokens for h in handles[::n])
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+    return {"prompt_tokens": p, "total_tokens": p + c, "completion_tokens": c,
             "prompt_tokens_details": {"cached_tokens": cached} if cached else None,
             "reasoning_tokens": 0, "completion_tokens_details": None}
 
@@ -116,7 +116,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
             raise BadRequest({"error": {"message": "each message must be an object with a string 'role'"}})
         prompts = [codec.encode(codec.render_chat(messages))]
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")  # as SGLang's
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, str):
@@ -159,8 +159,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             text = run.text(i)
             c: dict = {"index": i}
             if chat:
-                c["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
-                                "tool_calls": None}
+                c["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
             else:
                 c["text"] = text
             c.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
@@ -168,7 +167,8 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         return web.json_response({
             "id": run.handles[0].rid, "object": obj, "created": created, "model": model,
             "choices": choices, "usage": _usage(run.handles, n),
-            "metadata": {"weight_version": run.handles[0].weight_version or worker.engine.version}})
+            "metadata": {"weight_version": run.handles[0].weight_version or worker.engine.version,
+                         "weight_versions": weight_spans(run.handles[0])}})
     resp = await _start_sse(request)
     sent_text = [""] * len(items)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -176,28 +176,37 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
     first = [True] * len(items)
 
     def chunk(i: int, final: bool) -> list[bytes]:
+        """SGLang's events: a chat opens each choice with an empty assistant delta, sends
+        text deltas, and ends with a delta-less finish event; a completion's events carry
+        ``usage: null`` and its last text carries the finish reason."""
         h = run.handles[i]
         text = run.text(i)
         delta, sent_text[i] = text[len(sent_text[i]):], text
         reason, matched = _finish_fields(h) if final else (None, None)
+        envelope = {"id": h.rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model}
+        out = []
         if chat:
-            d: dict = {"content": delta}
+            def event(d: dict, why: Any = None, stop: Any = None) -> bytes:
+                return _sse({**envelope, "choices": [{"index": i, "delta": {"reasoning_content": None, **d},
+                                                      "logprobs": None, "finish_reason": why, "matched_stop": stop}]})
             if first[i]:
-                d = {"role": "assistant", "content": delta}
                 first[i] = False
-            choice = {"index": i, "delta": d, "logprobs": None, "finish_reason": reason,
-                      "matched_stop": matched}
+                out.append(event({"role": "assistant", "content": ""}))
+            if delta:
+                out.append(event({"content": delta}))
+            if final:
+                out.append(event({}, reason, matched))
         else:
-            choice = {"index": i, "text": delta, "logprobs": None, "finish_reason": reason,
-                      "matched_stop": matched}
-        out = [_sse({"id": h.rid, "object": obj + ".chunk" if chat else obj, "created": created,
-                     "model": model, "choices": [choice]})]
+            out.append(_sse({**envelope, "choices": [{"index": i, "text": delta, "logprobs": None,
+                                                      "finish_reason": reason, "matched_stop": matched}],
+                             "usage": None}))
         if final:
             remaining[0] -= 1
             if include_usage and remaining[0] == 0:
-                out.append(_sse({"id": h.rid, "object": obj + ".chunk" if chat else obj,
-                                 "created": created, "model": model, "choices": [],
-                                 "usage": _usage(run.handles, n)}))
+                usage = _usage(run.handles, n)
+                if not chat:  # a streamed completion's usage leaves out what is null
+                    usage = {k: v for k, v in usage.items() if v is not None}
+                out.append(_sse({**envelope, "choices": [], "usage": usage}))
         return out
     await run.stream(resp, [worker.args.stream_interval] * len(items), chunk)
     return resp

@@ -192,7 +192,18 @@ def output_text(codec: TextCodec, handle: RequestHandle, sp: SamplingParams,
         idx = text.find(fr.matched)
         if idx >= 0:
             text = text[:idx]
-    return text
+    return held_back(text) if fr is None else text
+
+
+def weight_spans(handle: RequestHandle) -> list[dict]:
+    """The weight versions over the output's positions, as SGLang reports them."""
+    return [{"version": v, "start": s, "end": e} for v, s, e in handle.weight_versions]
+
+
+def held_back(text: str) -> str:
+    """A running output's text: SGLang's detokenizer holds back an incomplete last
+    character until its bytes are all there, so a stream's text only grows."""
+    return text.rstrip("\ufffd")
 
 
 def meta_info(handle: RequestHandle, req: GenerateRequest, *, version: str, final: bool,
@@ -211,8 +222,7 @@ def meta_info(handle: RequestHandle, req: GenerateRequest, *, version: str, fina
         "weight_version": at.weight_version,
     }
     if final:
-        meta["weight_versions"] = [{"version": v, "start": s, "end": e}
-                                   for v, s, e in handle.weight_versions]
+        meta["weight_versions"] = weight_spans(handle)
     meta["num_retractions"] = at.num_retractions
     if req.return_logprob:
         meta["input_token_logprobs"] = input_logprobs or []

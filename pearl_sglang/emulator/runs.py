@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 from aiohttp import web
 
 from .codec import GrowingText
-from .http_parse import ParsedGenerate, meta_info, output_text
+from .http_parse import ParsedGenerate, held_back, meta_info, output_text
 from .request import GenerateRequest, Progress, RequestHandle, RequestRejected
 from .worker import Worker
 
@@ -144,7 +144,7 @@ class Run:
             text, ids = self.text(i), list(h.output_ids)
         else:
             ids = h.output_ids[:at.completion_tokens]
-            text = self.worker.codec.decode(ids, skip_special_tokens=req.sampling.skip_special_tokens)
+            text = held_back(self.worker.codec.decode(ids, skip_special_tokens=req.sampling.skip_special_tokens))
         out = {"text": text,
                "output_ids": ids,
                "meta_info": meta_info(h, req, version=self.worker.engine.version, final=final,

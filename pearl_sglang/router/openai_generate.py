@@ -68,7 +68,8 @@ def tokenize_body(body: dict[str, Any], *, chat: bool) -> dict[str, Any] | None:
 def sampling_params(body: dict[str, Any], *, chat: bool, prompt_len: int, max_model_len: int | None,
                     cap: int) -> dict[str, Any]:
     """SGLang's defaults: a completion gets 16 tokens, a chat the rest of the context."""
-    budget = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
+    # As SGLang: a chat's ``max_completion_tokens or max_tokens`` (a null or 0 falls through).
+    budget = (body.get("max_completion_tokens") or body.get("max_tokens")) if chat else body.get("max_tokens")
     if budget is None:
         budget = max(1, min(cap, (max_model_len or cap) - prompt_len - 1)) if chat else 16
     sampling = {"max_new_tokens": budget}
@@ -86,22 +87,30 @@ def _finish(meta: dict[str, Any]) -> tuple[str | None, Any]:
     return kind, reason.get("matched") if kind == "stop" else None
 
 
-def usage(metas: list[dict[str, Any]]) -> dict[str, Any]:
-    """A prompt's usage over its choices' final ``meta_info``, counted as SGLang counts it
-    for ``n > 1``: the prompt and its cached tokens once (choice 0's), every completion."""
+def usage(metas: list[dict[str, Any]], *, drop_none: bool = False) -> dict[str, Any]:
+    """A prompt's usage over its choices' final ``meta_info``, counted and shaped as SGLang's
+    ``UsageInfo`` for ``n > 1``: the prompt and its cached tokens once (choice 0's), every
+    completion. ``drop_none``: the form of a streamed completion's usage chunk."""
     prompt = int(metas[0].get("prompt_tokens") or 0)
     completion = sum(int(m.get("completion_tokens") or 0) for m in metas)
     cached = metas[0].get("cached_tokens")
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached} if cached else None}
+    out = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+           "prompt_tokens_details": {"cached_tokens": cached} if cached else None, "reasoning_tokens": 0,
+           "completion_tokens_details": None}
+    return {k: v for k, v in out.items() if v is not None} if drop_none else out
 
 
 @dataclass
 class Renderer:
     """Turns the stitched cumulative chunks of a request's ``n`` samples (one dispatcher
-    item each, choice ``index`` 0..n-1) into OpenAI objects. Text is the stitched ``text``
-    of ``/generate`` (cumulative), sent as increments; with ``include_usage`` the stream
-    ends with one usage event once every choice has finished."""
+    item each, choice ``index`` 0..n-1) into OpenAI objects shaped as SGLang 0.5.23 shapes
+    them (checked against a real server: tests/router/test_router_realsglang.py). Text is
+    the stitched ``text`` of ``/generate`` (cumulative), sent as increments past the length
+    already sent, as SGLang's own streaming does (a final text trimmed at its stop string
+    sends nothing more). A chat stream opens each choice with an empty assistant delta and
+    ends it with a delta-less finish event; a completion's events carry ``usage: null`` and
+    its last text carries the finish reason. With ``include_usage`` the stream ends with one
+    usage event once every choice has finished."""
 
     rid: str
     model: str
@@ -109,12 +118,12 @@ class Renderer:
     chat: bool
     include_usage: bool = False
     n: int = 1
-    _sent: list[str] = field(init=False)
+    _sent: list[int] = field(init=False)  # characters sent, per choice
     _started: list[bool] = field(init=False)
     _finals: dict[int, dict[str, Any]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._sent = [""] * self.n
+        self._sent = [0] * self.n
         self._started = [False] * self.n
 
     @property
@@ -124,31 +133,36 @@ class Renderer:
     def _envelope(self, choices: list[dict[str, Any]], obj: str) -> dict[str, Any]:
         return {"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
+    def _chat_event(self, index: int, delta: dict[str, Any], reason: str | None, matched: Any) -> dict[str, Any]:
+        return self._envelope([{"index": index, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                                "finish_reason": reason, "matched_stop": matched}], "chat.completion.chunk")
+
     def chunks(self, out: dict[str, Any], index: int = 0) -> list[dict[str, Any]]:
         """The stream events for choice ``index``'s cumulative chunk (its last one carries
         finish_reason)."""
-        text, sent = out.get("text") or "", self._sent[index]
-        delta = text[len(sent):] if text.startswith(sent) else text
-        self._sent[index] = text if text.startswith(sent) else sent + text
+        text = out.get("text") or ""
+        delta = text[self._sent[index]:]
+        self._sent[index] = len(text)
         meta = out.get("meta_info") or {}
         reason, matched = _finish(meta)
-        if not delta and reason is None and self._started[index]:
-            return []
+        started, self._started[index] = self._started[index], True
+        events = []
         if self.chat:
-            d: dict[str, Any] = {"content": delta}
-            if not self._started[index]:
-                d = {"role": "assistant", "content": delta}
-            choice = {"index": index, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
-        else:
-            choice = {"index": index, "text": delta, "logprobs": None, "finish_reason": reason,
-                      "matched_stop": matched}
-        self._started[index] = True
-        obj = self._object + ".chunk" if self.chat else self._object
-        events = [self._envelope([choice], obj)]
+            if not started:
+                events.append(self._chat_event(index, {"role": "assistant", "content": ""}, None, None))
+            if delta:
+                events.append(self._chat_event(index, {"content": delta}, None, None))
+            if reason is not None:
+                events.append(self._chat_event(index, {}, reason, matched))
+        elif delta or reason is not None or not started:
+            events.append({**self._envelope([{"index": index, "text": delta, "logprobs": None, "finish_reason": reason,
+                                              "matched_stop": matched}], self._object), "usage": None})
         if reason is not None:
             self._finals[index] = meta
             if self.include_usage and len(self._finals) == self.n:
-                events.append({**self._envelope([], obj), "usage": usage(list(self._finals.values()))})
+                metas = [self._finals[i] for i in range(self.n)]
+                obj = "chat.completion.chunk" if self.chat else self._object
+                events.append({**self._envelope([], obj), "usage": usage(metas, drop_none=not self.chat)})
         return events
 
     def whole(self, outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -159,8 +173,7 @@ class Renderer:
             text = out.get("text") or ""
             choice: dict[str, Any] = {"index": index}
             if self.chat:
-                choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None,
-                                     "tool_calls": None}
+                choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
             else:
                 choice["text"] = text
             choice.update({"logprobs": None, "finish_reason": reason, "matched_stop": matched})
@@ -169,4 +182,6 @@ class Renderer:
         answer = {**self._envelope(choices, self._object), "usage": usage(metas)}
         if metas[0].get("weight_version") is not None:
             answer["metadata"] = {"weight_version": metas[0]["weight_version"]}
+            if metas[0].get("weight_versions") is not None:
+                answer["metadata"]["weight_versions"] = metas[0]["weight_versions"]
         return answer

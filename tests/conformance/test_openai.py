@@ -68,3 +68,38 @@ def test_n_choices_count_the_prompt_once_and_every_completion(worker):
     assert usage[-1]["prompt_tokens"] == one["usage"]["prompt_tokens"] and usage[-1]["completion_tokens"] == 12
     finished = sorted(c["index"] for e in events[:-1] for c in e["choices"] if c.get("finish_reason"))
     assert finished == [0, 1, 2]
+
+
+USAGE_KEYS = ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details", "reasoning_tokens",
+              "completion_tokens_details"]
+
+
+def test_answer_and_event_shapes(worker):
+    """The shapes a router renders OpenAI answers in (router/openai_generate.py) and the
+    emulator answers in: SGLang 0.5.23's, key for key."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "shapes"}], "max_tokens": 4,
+            "temperature": 0, "ignore_eos": True}
+    out = post(worker.url + "/v1/chat/completions", chat).json()
+    assert list(out) == ["id", "object", "created", "model", "choices", "usage", "metadata"]
+    assert list(out["choices"][0]) == ["index", "message", "logprobs", "finish_reason", "matched_stop"]
+    assert list(out["choices"][0]["message"]) == ["role", "content", "reasoning_content"]
+    assert list(out["usage"]) == USAGE_KEYS and out["usage"]["reasoning_tokens"] == 0
+    assert list(out["metadata"]) == ["weight_version", "weight_versions"]
+    events = sse_events(worker.url + "/v1/chat/completions",
+                        {**chat, "stream": True, "stream_options": {"include_usage": True}})
+    choices = [e["choices"][0] for e in events[:-1] if e["choices"]]
+    assert all(list(e) == ["id", "object", "created", "model", "choices"] for e in events[:-2])
+    assert choices[0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    assert all(list(c["delta"]) == ["reasoning_content", "content"] and c["delta"]["content"] for c in choices[1:-1])
+    assert choices[-1]["delta"] == {"reasoning_content": None} and choices[-1]["finish_reason"] == "length"
+    assert [c["finish_reason"] for c in choices[:-1]] == [None] * (len(choices) - 1)
+    assert events[-2]["choices"] == [] and list(events[-2]["usage"]) == USAGE_KEYS
+
+    completion = {"model": "m", "prompt": "shapes", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    events = sse_events(worker.url + "/v1/completions",
+                        {**completion, "stream": True, "stream_options": {"include_usage": True}})
+    texts = [e for e in events[:-2]]
+    assert all(list(e) == ["id", "object", "created", "model", "choices", "usage"] and e["usage"] is None
+               for e in texts)
+    assert texts[-1]["choices"][0]["finish_reason"] == "length" and texts[-1]["choices"][0]["text"]
+    assert list(events[-2]["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens", "reasoning_tokens"]

@@ -193,7 +193,8 @@ async def test_distributed_update_protocol(model_dir, session, emu) -> None:
             assert r.status == 200 and (await r.json())["success"]
         await session.post(f"{url}/end_weight_update", json={})
         async with session.post(f"{url}/v1/completions", json={"model": "m", "prompt": "a", "max_tokens": 2}) as r:
-            assert (await r.json())["metadata"] == {"weight_version": "v2"}
+            assert (await r.json())["metadata"] == {"weight_version": "v2",
+                                                    "weight_versions": [{"version": "v2", "start": 0, "end": 2}]}
 
 
 async def test_info_loads_metrics_flush(model_dir, session, emu) -> None:

@@ -299,3 +299,20 @@ def test_unlocking_a_page_not_locked_is_an_error() -> None:
         cache.unlock([1])
     with pytest.raises(KeyError):
         cache.lock([3])
+
+
+def test_a_streams_text_holds_back_an_incomplete_last_character_as_sglang_does():
+    # Found by fuzzing: the emulator sent "a\ufffd" then "aé"; SGLang's detokenizer holds the
+    # character back, so a stream's text only grows (clients send it as increments).
+    from pearl_sglang.emulator.codec import TextCodec
+    from pearl_sglang.emulator.http_parse import output_text
+    from pearl_sglang.emulator.request import FinishReason, RequestHandle, SamplingParams
+
+    codec, sp = TextCodec(None), SamplingParams()
+    handle = RequestHandle(rid="r", prompt_tokens=1, arrival_time=0.0, output_ids=[97, 0xC3])
+    assert output_text(codec, handle, sp) == "a"
+    handle.output_ids.append(0xA9)
+    assert output_text(codec, handle, sp) == "aé"
+    handle.output_ids[-1] = 0xC3
+    handle.finish_reason = FinishReason("length", length=3)
+    assert output_text(codec, handle, sp) == "a\ufffd\ufffd"  # a final text is decoded whole

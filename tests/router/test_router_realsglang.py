@@ -212,3 +212,30 @@ async def test_openai_stream_is_in_flight_drained_and_aborted_by_rid(real):
                if e.get("choices") and e["choices"][0].get("finish_reason")]
     assert reasons == ["abort"]
     assert events[-1] == "[DONE]"
+
+
+def _keys(obj):
+    """An answer's shape: its keys, nested, with the first element of each list. Cached
+    prompt tokens are left out: the router reports them, SGLang only with
+    --enable-cache-report."""
+    if isinstance(obj, dict):
+        return {k: _keys(v) for k, v in obj.items() if k != "prompt_tokens_details"}
+    if isinstance(obj, list):
+        return [_keys(obj[0])] if obj else []
+    return None
+
+
+async def test_openai_answers_rendered_by_the_router_have_sglangs_shape(real):
+    worker, _ = real
+    chat = {"model": "m", "messages": [{"role": "user", "content": "run the tests"}], "max_tokens": 4,
+            "temperature": 0, "ignore_eos": True}
+    completion = {"model": "m", "prompt": "the patch", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+    streamed = {"stream": True, "stream_options": {"include_usage": True}}
+    async with running_router(regular=[worker.url]) as (url, _, _):
+        for path, body in (("/v1/chat/completions", chat), ("/v1/completions", completion)):
+            direct, routed = [(await _post(base + path, body)).json() for base in (worker.url, url)]
+            assert _keys(routed) == _keys(direct), path
+            assert routed["choices"] == direct["choices"], path
+            direct, routed = [await _sse(base + path, {**body, **streamed}) for base in (worker.url, url)]
+            assert [_keys(e) for e in routed] == [_keys(e) for e in direct], path
+            assert [e["choices"] for e in routed[:-1]] == [e["choices"] for e in direct[:-1]], path
