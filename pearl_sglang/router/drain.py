@@ -34,9 +34,13 @@ async def migrate_off(st: RouterState, slot: int) -> int:
 
 
 async def abort(st: RouterState, entries: list[InFlight]) -> None:
-    """A client's abort: each entry finishes with the output it has so far."""
+    """A client's abort: each entry finishes with the output it has so far (one its
+    workers do not know by rid is stopped by the router: ``InFlight.on_abort``)."""
     st.inflight.end(entries, EndCause.CLIENT_ABORT)
-    await abort_entries(st, entries)
+    for entry in entries:
+        if entry.on_abort is not None:
+            entry.on_abort()
+    await abort_entries(st, [e for e in entries if e.on_abort is None])
 
 
 async def abort_entries(st: RouterState, entries: list[InFlight]) -> None:

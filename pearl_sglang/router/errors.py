@@ -53,6 +53,14 @@ class TooManyStreams(RouterError):
     kind = "limit_max_streams_per_client"
 
 
+class RequestAborted(RouterError):
+    """Aborted (``/abort_request``, or the router stopping) before any of its answer was
+    sent, with no partial output to return (gRPC's CANCELLED maps to 499 too)."""
+
+    status = 499
+    kind = "request_aborted"
+
+
 class Conflict(RouterError):
     status = 409
     kind = "conflict"

@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable, Mapping, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, NamedTuple
 
 from aiohttp import web
 
@@ -28,7 +28,7 @@ from pearl_sglang.router.errors import BadRequest, RouterError, TooManyStreams
 from pearl_sglang.router.generate_request import GenerateCall, GenerateItem, parse_generate
 from pearl_sglang.router.middleware import read_generate_json, read_json
 from pearl_sglang.router.openai_request import parse_openai
-from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, openai_rids, proxy_with_retries
+from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE, Answer, abortable, openai_rids, proxy_with_retries
 from pearl_sglang.router.selection import prefix_key
 from pearl_sglang.router.state import ROUTER, RouterState
 from pearl_sglang.workers.errors import WorkerError
@@ -284,16 +284,19 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
         return await _openai_generate(request, st, body, chat=chat, stream=call.stream, trajectory=trajectory)
     text = json.dumps(body.get("messages") or body.get("prompt") or "")
     key = prefix_key(None, text)
-    rids = openai_rids(st, body, call.sequences)
+    rids, known = openai_rids(st, body, call.sequences)
     # In the in-flight registry like /generate items: counted in the workers' load, waited
     # for by a drain, aborted by rid. Not movable: the router holds no token ids for them.
     entries = [st.inflight.open(rid, movable=False) for rid in rids]
+
+    def proxy(answer: Answer | None = None) -> Awaitable[web.StreamResponse]:
+        return proxy_with_retries(request, st, key, trajectory, body, entries, answer)
     try:
         if call.stream:
             with _StreamSlot(st, request):
-                return await proxy_with_retries(request, st, key, trajectory, body, entries)
+                return await (proxy() if known else abortable(request, entries, proxy))
         with st.client_watch.watching(request):
-            return await proxy_with_retries(request, st, key, trajectory, body, entries)
+            return await (proxy() if known else abortable(request, entries, proxy))
     finally:
         for rid in rids:
             st.inflight.close(rid)

@@ -37,6 +37,9 @@ class InFlight:
     # False for OpenAI requests proxied as they are: the router holds no token ids to
     # resubmit, so a drain waits for them to finish instead of aborting them.
     movable: bool = True
+    # How to abort a request its workers do not know by this rid (a proxied OpenAI request
+    # whose samples SGLang renames): the router stops it itself. None: abort it by rid.
+    on_abort: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.worker_rid = self.worker_rid or self.rid

@@ -12,14 +12,18 @@ import contextlib
 import json
 import logging
 import secrets
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 from urllib.parse import urlparse
 
 import aiohttp
 from aiohttp import web
 
+from pearl_sglang.aio import gather_settled
 from pearl_sglang.router.client_watch import client_gone
-from pearl_sglang.router.errors import UpstreamFailed
+from pearl_sglang.router.errors import RequestAborted, UpstreamFailed
+from pearl_sglang.router.inflight import InFlight
+from pearl_sglang.router.stall import silent_answer_bound_s
 from pearl_sglang.router.state import RouterState
 from pearl_sglang.workers.errors import WorkerError, WorkerStalled, WorkerUnavailable, status_error
 
@@ -28,9 +32,20 @@ log = logging.getLogger("pearl.router")
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
 
-def openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[str]:
-    """The rids the worker will know the request by. A single sequence without one gets a
-    router rid (SGLang's OpenAI endpoints take ``rid``), so a drain or abort can name it."""
+@dataclass
+class Answer:
+    """The client's answer once the proxy began sending it (``abortable`` ends it)."""
+
+    response: web.StreamResponse | None = None
+
+
+def openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> tuple[list[str], bool]:
+    """The rids the router knows the request by, and whether its worker knows it by them
+    too. A single sequence without one gets a router rid (SGLang's OpenAI endpoints take
+    ``rid``), so a drain or abort can name it. SGLang 0.5.23 renames the samples of
+    ``n > 1`` and makes ``rid_i`` of a batch's one rid, so only a client's list of one rid
+    per prompt names a batch's sequences at the worker; other requests are aborted by the
+    router itself (``abortable``)."""
     rid = body.get("rid")
     if rid is None:
         rid = f"pearl-oai-{secrets.token_hex(8)}"
@@ -38,11 +53,45 @@ def openai_rids(st: RouterState, body: dict[str, Any], sequences: int) -> list[s
             body["rid"] = rid
     rids = [rid] if isinstance(rid, str) else list(rid)
     st.inflight.refuse_open(rids)
-    return rids
+    known = sequences == 1 or ((body.get("n") or 1) == 1 and isinstance(rid, list))
+    return rids, known
 
 
-async def proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...],
-                              trajectory: str | None, body: dict[str, Any], entries) -> web.StreamResponse:
+async def abortable(request: web.Request, entries: list[InFlight],
+                    proxy: Callable[[Answer], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Run ``proxy`` for a request its worker does not know by rid; an abort of ``entries``
+    stops it here: the router closes its connection to the worker (SGLang then aborts
+    every sequence of it) and the client learns of it, by an error event and the end of a
+    stream it was reading, or by a 499 (``RequestAborted``). No partial output comes back:
+    the worker had sent none the router could cut."""
+    answer = Answer()
+    running = asyncio.ensure_future(proxy(answer))
+    aborted = asyncio.get_running_loop().create_future()
+    for entry in entries:
+        entry.on_abort = lambda: aborted.done() or aborted.set_result(None)
+    try:
+        await asyncio.wait((running, aborted), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        aborted.cancel()
+        if not running.done():
+            running.cancel()
+            await gather_settled(running)
+    if not running.cancelled():
+        return running.result()
+    resp = answer.response
+    error = RequestAborted(f"{request.path} was aborted before it finished; a proxied request with several "
+                           "sequences cannot return its partial output")
+    if resp is None or not resp.prepared:
+        raise error
+    if resp.content_type == "text/event-stream":
+        with contextlib.suppress(ConnectionError):
+            await resp.write(b"data: " + json.dumps(error.body()).encode() + b"\n\ndata: [DONE]\n\n")
+    resp.force_close()
+    return resp
+
+
+async def proxy_with_retries(request: web.Request, st: RouterState, key: tuple[int, ...], trajectory: str | None,
+                             body: dict[str, Any], entries, answer: Answer | None = None) -> web.StreamResponse:
     failed: set[int] = set()
     last_error: Exception | None = None
     for _ in range(st.config.dispatch.max_attempts):
@@ -52,7 +101,7 @@ async def proxy_with_retries(request: web.Request, st: RouterState, key: tuple[i
         for entry in entries:
             st.inflight.assign(entry, target.slots, urls)
         try:
-            return await _proxy_once(request, st, target, body)
+            return await _proxy_once(request, st, target, body, answer or Answer())
         except WorkerError as e:
             if not e.retryable:
                 raise  # a worker's 4xx goes back as it came (router.answers)
@@ -65,7 +114,8 @@ async def proxy_with_retries(request: web.Request, st: RouterState, key: tuple[i
     raise UpstreamFailed(f"no worker answered {request.path}: {last_error}")
 
 
-async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[str, Any]) -> web.StreamResponse:
+async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[str, Any],
+                      answer: Answer) -> web.StreamResponse:
     timeouts = st.config.timeouts
     main = target.decode if target.is_pd else target.worker
     prefill_task = None
@@ -74,7 +124,7 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
                 "bootstrap_port": target.prefill.bootstrap_port, "bootstrap_room": secrets.randbits(63)}
         prefill_task = asyncio.ensure_future(_drain(st.session, target.prefill, request.path,
                                                     {**body, "stream": False}, timeouts))
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.chunk_s)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=_silence_s(st, body))
     resp: web.StreamResponse | None = None
     try:
         async with st.session.post(main.endpoint + request.path, json=body, timeout=timeout) as up:
@@ -85,6 +135,7 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
             if ctype.startswith("text/event-stream"):
                 ctype = SSE_CONTENT_TYPE
             resp = web.StreamResponse(status=up.status, headers={"Content-Type": ctype})
+            answer.response = resp
             await resp.prepare(request)
             async for data in up.content.iter_any():
                 await resp.write(data)
@@ -109,6 +160,18 @@ async def _proxy_once(request: web.Request, st: RouterState, target, body: dict[
     finally:
         if prefill_task is not None and not prefill_task.done():
             prefill_task.cancel()
+
+
+def _silence_s(st: RouterState, body: dict[str, Any]) -> float:
+    """How long the worker may stay silent: a stream's stall bound between chunks, or the
+    whole generation's for an answer sent whole (a worker silent for a stall bound is
+    still generating it)."""
+    if body.get("stream"):
+        return st.config.timeouts.chunk_s
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    if type(budget) is not int:
+        budget = st.config.limits.max_new_tokens  # a chat's default: the rest of its context
+    return silent_answer_bound_s(st.config.timeouts.chunk_s, budget, st.config.dispatch.internal_stream_interval)
 
 
 async def _drain(session, worker, path, body, timeouts) -> None:

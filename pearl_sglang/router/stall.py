@@ -9,6 +9,8 @@ wedged worker exceeds it; a slow but live one does not. Pure: no I/O.
 """
 from __future__ import annotations
 
+import math
+
 from pearl_sglang.core.profile import Profile
 
 STALL_FACTOR = 10.0
@@ -27,3 +29,10 @@ def stall_bound_s(profile: Profile | None, stream_interval: int, *, time_scale: 
     prefill = profile.t_prefill * profile.S * profile.delta_L
     decode = stream_interval * (profile.A + profile.b * profile.B)
     return max(floor_s, factor * max(prefill, decode) / time_scale)
+
+
+def silent_answer_bound_s(chunk_s: float, max_new_tokens: int, stream_interval: int) -> float:
+    """Seconds a worker may take over an answer it sends whole (a non-streaming request):
+    a healthy worker would have streamed its prefill and every ``stream_interval`` tokens
+    each within the stall bound ``chunk_s``."""
+    return chunk_s * (1 + math.ceil(max(1, max_new_tokens) / stream_interval))

@@ -6,10 +6,9 @@ still running then are aborted as a client's abort would be: each answers with i
 so far and finish reason ``abort``, and a trainer resubmits prompt + partial output as it
 does after ``/pause_generation``. Worker registrations still waiting for their worker are
 cancelled at once (a legacy ``/add_worker`` answers 503). Only then does aiohttp close
-what is left, within the runner's ``close_s``. One kind cannot be aborted: a proxied
-OpenAI request (tools, logprobs, ...) with ``n > 1`` or several prompts, since SGLang
-0.5.23 gives each of its samples a fresh rid, so it finishes within the grace and
-``close_s`` or its connection closes.
+what is left, within the runner's ``close_s``. A proxied OpenAI request its worker knows
+by other rids (``n > 1``, a batch under one rid) has no output to keep: the router stops
+it and answers 499 ``request_aborted`` (``passthrough.abortable``).
 """
 from __future__ import annotations
 

@@ -201,3 +201,62 @@ async def test_n_choices_move_off_a_drained_worker_and_are_aborted_by_the_reques
                 assert len(st.inflight) == 0
     assert _by_choice(aborted, 2)[1] == [["abort"]] * 2
     assert aborted[-1] == "[DONE]"
+
+
+async def test_a_proxied_answer_sent_whole_may_take_longer_than_the_stall_bound():
+    # Found by fuzzing: a long non-streaming proxied request (logprobs, tools, ...) was read
+    # with the streaming stall bound, so every worker in turn was called stalled (502, and
+    # every circuit open) while generating it.
+    from dataclasses import replace
+
+    from tests.router.conftest import with_limits
+
+    config = with_limits()
+    config = replace(config, timeouts=replace(config.timeouts, chunk_s=0.3))
+    async with emulators(1, *SLOW) as workers:
+        (u0, _), = workers
+        async with httpx.AsyncClient(timeout=60) as c, running_router(regular=[u0], config=config) as (url, app, _):
+            body = {"model": "m", "prompt": "a long answer", "max_tokens": 600, "ignore_eos": True, "logprobs": 1}
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            r = await c.post(url + "/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            assert loop.time() - started > 0.3, "the answer came within one stall bound: nothing tested"
+            assert r.json()["usage"]["completion_tokens"] == 600
+            assert not app[ROUTER].breakers.open_slots()
+
+
+async def _worker_idle(worker_obj, timeout=10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while worker_obj.engine.loads().num_running_reqs + worker_obj.engine.loads().num_waiting_reqs:
+        assert loop.time() < deadline, "the worker kept running the aborted request"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_proxied_request_its_worker_knows_by_no_rid_is_aborted_by_the_router():
+    # Found by fuzzing: /abort_request answered that it aborted a proxied n > 1 (or batched)
+    # request, which SGLang knows by other rids, and the request ran to its end.
+    async with emulators(1, *SLOW) as workers:
+        (u0, w0), = workers
+        async with httpx.AsyncClient(timeout=60) as c, running_router(regular=[u0]) as (url, app, _):
+            st = app[ROUTER]
+            chunks: list = []
+            task = asyncio.ensure_future(_consume(c, url, {**_chat(3000, rid="grp", proxied=True), "n": 2}, chunks))
+            await _until_running(w0)
+            r = await c.post(url + "/abort_request", json={"rid": "grp"})
+            assert r.json() == {"aborted": ["grp"]}
+            await asyncio.wait_for(task, 10)
+            assert chunks[-1] == "[DONE]" and chunks[-2]["error"]["type"] == "request_aborted"
+            await _worker_idle(w0)
+            assert len(st.inflight) == 0
+
+            whole = asyncio.ensure_future(c.post(url + "/v1/completions", json={
+                "model": "m", "prompt": ["a", "b"], "max_tokens": 3000, "ignore_eos": True}))
+            await _until_running(w0)
+            r = await c.post(url + "/abort_request", json={"abort_all": True})
+            assert len(r.json()["aborted"]) == 1
+            answer = await asyncio.wait_for(whole, 10)
+            assert answer.status_code == 499 and answer.json()["error"]["type"] == "request_aborted"
+            await _worker_idle(w0)
+            assert len(st.inflight) == 0
