@@ -1,7 +1,7 @@
 """asyncio PEARL admin client, for trainers whose driver runs an event loop.
 
-One ``aiohttp.ClientSession`` per client, opened on first use and closed by
-``aclose()`` or ``async with``. Requests and answers come from ``protocol``, shared
+One ``aiohttp.ClientSession`` per client and event loop (``sessions.LoopSession``),
+opened on first use and closed by ``aclose()`` or ``async with``. Requests and answers come from ``protocol``, shared
 with the blocking client, so both behave the same; only the transport differs.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pearl_rl_adapter.config import ClientConfig, resolve_config
 from pearl_rl_adapter.errors import PearlError
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightsUpdated)
+from pearl_rl_adapter.sessions import LoopSession
 from pearl_rl_adapter.steps import note_unfinished, remaining_now
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ class AsyncPearlClient:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.config = resolve_config(base_url, admin_token=admin_token, config=config)
         self._sleep = sleep
-        self._session: aiohttp.ClientSession | None = None
+        self._session = LoopSession()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -40,9 +41,7 @@ class AsyncPearlClient:
 
     async def aclose(self) -> None:
         self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.close()
 
     async def __aenter__(self) -> "AsyncPearlClient":
         return self
@@ -148,9 +147,7 @@ class AsyncPearlClient:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        return self._session
+        return self._session.get()
 
     async def _exchange(self, call: protocol.Call[Any]) -> tuple[int, bytes]:
         session = self._get_session()

@@ -146,11 +146,12 @@ class PearlClient:
         request = urllib.request.Request(protocol.url(self.config, call), data=protocol.encode(call),
                                          headers=protocol.headers(self.config, call), method=call.method)
         try:
-            with self._opener.open(request, timeout=call.timeout_s) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as e:
-            with e:
-                return e.code, e.read()
+            try:
+                with self._opener.open(request, timeout=call.timeout_s) as response:
+                    return response.status, response.read()
+            except urllib.error.HTTPError as e:
+                with e:  # its body may break or stall too: the handlers below type that
+                    return e.code, e.read()
         except TimeoutError as e:
             raise protocol.timed_out(call) from e
         except urllib.error.URLError as e:

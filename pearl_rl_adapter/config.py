@@ -6,6 +6,7 @@ and falls back to ``PEARL_ADMIN_TOKEN``, the variable the router itself reads.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -31,12 +32,13 @@ class ClientConfig:
     api_key: str | None = field(default=None, repr=False)
 
     def validate(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
+        if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.timeout_s <= 0 or self.wait_timeout_s <= 0:
-            raise ValueError("timeout_s and wait_timeout_s must be positive")
-        if any(d < 0 for d in self.backoff_s):
-            raise ValueError(f"backoff_s delays must be >= 0, got {self.backoff_s}")
+        if not (_seconds(self.timeout_s) and _seconds(self.wait_timeout_s)):
+            raise ValueError(f"timeout_s and wait_timeout_s must be positive, finite numbers of seconds, "
+                             f"got {self.timeout_s!r} and {self.wait_timeout_s!r}")
+        if not isinstance(self.backoff_s, tuple) or not all(_seconds(d) or d == 0 for d in self.backoff_s):
+            raise ValueError(f"backoff_s must be a tuple of delays >= 0 in seconds, got {self.backoff_s!r}")
         for name, value in (("admin_token", self.admin_token), ("api_key", self.api_key)):
             if value is not None and (not value or "\n" in value or "\r" in value):
                 raise ValueError(f"{name} must be a non-empty single-line string")
@@ -44,6 +46,10 @@ class ClientConfig:
     @property
     def root(self) -> str:
         return self.base_url.rstrip("/")
+
+
+def _seconds(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
 
 
 def resolve_config(base_url: str | None = None, *, admin_token: str | None = None,

@@ -13,6 +13,7 @@ retried here: its outcome is unknown and its time budget is spent.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
@@ -36,6 +37,9 @@ class Call(Generic[T]):
     timeout_s: float
     parse: Callable[[Mapping[str, Any]], T]
     admin: bool = True
+
+    def __post_init__(self) -> None:
+        _seconds(self.timeout_s, "timeout_s")
 
     @property
     def request_id(self) -> str | None:
@@ -66,6 +70,19 @@ def _count(value: int, name: str) -> int:
     return value
 
 
+def _seconds(value: float, name: str) -> float:
+    """A positive, finite number of seconds, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def _text(value: str, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
 def _step(step: int) -> int:
     return _count(step, "step")
 
@@ -81,9 +98,9 @@ def train_begin(cfg: ClientConfig, step: int, *, deadline_s: float | None = None
                 timeout_s: float | None = None) -> Call[TrainBegun]:
     body: dict[str, Any] = {"step": _step(step)}
     if deadline_s is not None:
-        body["deadline_s"] = float(deadline_s)
+        body["deadline_s"] = _seconds(deadline_s, "deadline_s")
     # Wait a little longer than the router's own deadline so its 504 arrives first.
-    default = cfg.wait_timeout_s if deadline_s is None else float(deadline_s) + cfg.timeout_s
+    default = cfg.wait_timeout_s if deadline_s is None else body["deadline_s"] + cfg.timeout_s
     return Call("POST", "/train_begin", _with_id("train_begin", body, request_id), timeout_s or default,
                 TrainBegun.from_json)
 
@@ -103,7 +120,7 @@ def train_finished(cfg: ClientConfig, step: int, *, remaining_trajectories: int 
 
 def update_weights_from_disk(cfg: ClientConfig, *, version: str, model_path: str, load_format: str | None = None,
                              request_id: str | None = None, timeout_s: float | None = None) -> Call[WeightsUpdated]:
-    body: dict[str, Any] = {"version": str(version), "model_path": str(model_path)}
+    body: dict[str, Any] = {"version": _text(version, "version"), "model_path": _text(model_path, "model_path")}
     if load_format is not None:
         body["load_format"] = load_format
     return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
@@ -114,9 +131,9 @@ def update_weights_from_distributed(cfg: ClientConfig, *, version: str, distribu
                                     model_path: str | None = None, load_format: str | None = None,
                                     request_id: str | None = None,
                                     timeout_s: float | None = None) -> Call[WeightsUpdated]:
-    body: dict[str, Any] = {"version": str(version), "distributed": distributed.to_json()}
+    body: dict[str, Any] = {"version": _text(version, "version"), "distributed": distributed.to_json()}
     if model_path is not None:
-        body["model_path"] = str(model_path)
+        body["model_path"] = _text(model_path, "model_path")
     if load_format is not None:
         body["load_format"] = load_format
     return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
@@ -128,7 +145,8 @@ def init_weight_group(cfg: ClientConfig, *, group_name: str, master_address: str
                       timeout_s: float | None = None) -> Call[WeightGroup]:
     if backend not in ("nccl", "gloo"):
         raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
-    body = {"action": "init", "group_name": str(group_name), "master_address": str(master_address),
+    body = {"action": "init", "group_name": _text(group_name, "group_name"),
+            "master_address": _text(master_address, "master_address"),
             "master_port": int(master_port), "backend": backend}
     return Call("POST", "/pearl/weight_group", _with_id("weight_group_init", body, request_id),
                 timeout_s or cfg.timeout_s, WeightGroup.from_json)
@@ -136,7 +154,7 @@ def init_weight_group(cfg: ClientConfig, *, group_name: str, master_address: str
 
 def destroy_weight_group(cfg: ClientConfig, group_name: str, *, request_id: str | None = None,
                          timeout_s: float | None = None) -> Call[WeightGroupDestroyed]:
-    body = {"action": "destroy", "group_name": str(group_name)}
+    body = {"action": "destroy", "group_name": _text(group_name, "group_name")}
     return Call("POST", "/pearl/weight_group", _with_id("weight_group_destroy", body, request_id),
                 timeout_s or cfg.timeout_s, WeightGroupDestroyed.from_json)
 
@@ -152,9 +170,9 @@ def join_gpus(cfg: ClientConfig, gpus: Sequence[str], *, hosts: Mapping[str, str
 
 def leave_gpus(cfg: ClientConfig, gpus: Sequence[str], *, deadline_s: float, request_id: str | None = None,
                timeout_s: float | None = None) -> Call[GpusLeft]:
-    body = {"action": "leave", "gpus": _gpus(gpus), "deadline_s": float(deadline_s)}
+    body = {"action": "leave", "gpus": _gpus(gpus), "deadline_s": _seconds(deadline_s, "deadline_s")}
     return Call("POST", "/pearl/gpus", _with_id("gpus_leave", body, request_id),
-                timeout_s or float(deadline_s) + cfg.timeout_s, GpusLeft.from_json)
+                timeout_s or body["deadline_s"] + cfg.timeout_s, GpusLeft.from_json)
 
 
 def state(cfg: ClientConfig, *, timeout_s: float | None = None) -> Call[dict[str, Any]]:
@@ -196,7 +214,7 @@ def decode(call: Call[T], status: int, body: bytes) -> T:
         if not isinstance(data, dict):
             raise TypeError(f"expected a JSON object, got {type(data).__name__}")
         return call.parse(data)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, ArithmeticError, RecursionError) as e:
         raise PearlProtocolError(f"unexpected answer ({e!r}): {_snippet(body)}", endpoint=call.endpoint,
                                  status=status, request_id=call.request_id) from e
 

@@ -16,6 +16,7 @@ import aiohttp
 
 from pearl_rl_adapter import protocol
 from pearl_rl_adapter.config import ClientConfig, resolve_config
+from pearl_rl_adapter.sessions import LoopSession
 from pearl_rl_adapter.telemetry import tag_headers
 
 
@@ -61,15 +62,13 @@ class RolloutClient:
 
     def __init__(self, base_url: str | None = None, *, config: ClientConfig | None = None) -> None:
         self.config = resolve_config(base_url, config=config)
-        self._session: aiohttp.ClientSession | None = None
+        self._session = LoopSession()
 
     def __repr__(self) -> str:
         return f"RolloutClient(base_url={self.config.base_url!r})"
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._session.close()
 
     async def generate(self, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], *,
                        trajectory_id: str | None = None, turn: int | None = None,
@@ -86,10 +85,8 @@ class RolloutClient:
                             timeout_s: float | None = None) -> Generated:
         call = generate_call(self.config, body, timeout_s=timeout_s)
         sent = {**protocol.headers(self.config, call), **(headers or {})}
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
         try:
-            async with self._session.post(protocol.url(self.config, call), data=protocol.encode(call), headers=sent,
+            async with self._session.get().post(protocol.url(self.config, call), data=protocol.encode(call), headers=sent,
                                           timeout=aiohttp.ClientTimeout(total=call.timeout_s)) as response:
                 status, raw = response.status, await response.read()
         except asyncio.TimeoutError as e:

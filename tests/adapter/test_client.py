@@ -182,3 +182,90 @@ async def test_closed_async_client_refuses_calls(config):
     await c.aclose()
     with pytest.raises(RuntimeError, match="closed"):
         await c.state()
+
+
+# ---- found by fuzzing the adapter ------------------------------------------------------
+
+class _RawAnswer:
+    """A server that answers every connection with ``head`` and ``body`` as they are, then
+    holds the connection open for ``hold_s`` (a body that stalls) or closes it (cut short)."""
+
+    def __init__(self, head: bytes, body: bytes, hold_s: float = 0.0) -> None:
+        import socket
+        import threading
+
+        self.head, self.body, self.hold_s = head, body, hold_s
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import time
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(self.head + self.body)
+                time.sleep(self.hold_s)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("hold_s,error", [(0.0, PearlUnavailable), (3.0, PearlTimeout)])
+def test_an_error_answer_whose_body_breaks_or_stalls_is_a_typed_error(hold_s, error):
+    server = _RawAnswer(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 100\r\n\r\n", b'{"error": {"mess', hold_s)
+    try:
+        cfg = ClientConfig(base_url=server.url, admin_token=TOKEN, timeout_s=0.5, backoff_s=())
+        with pytest.raises(error):
+            PearlClient(config=cfg).state()
+    finally:
+        server.close()
+
+
+def test_one_async_client_serves_one_event_loop_after_another(config, fake, caplog):
+    from pearl_rl_adapter.rollout import RolloutClient
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    admin, rollout = AsyncPearlClient(config=config), RolloutClient(config=config)
+    for _ in range(3):  # a blocking driver: asyncio.run per call
+        assert asyncio.run(admin.state())["workers"]
+        assert asyncio.run(rollout.generate([1, 2, 3], {"max_new_tokens": 2})).token_ids
+    asyncio.run(admin.aclose())
+    asyncio.run(rollout.aclose())
+    import gc
+    gc.collect()
+    assert "Unclosed" not in caplog.text  # no session or connector left open on a live loop
+
+
+@pytest.mark.parametrize("raw", [b'{"step": 1, "elapsed_s": ' + b"9" * 400 + b"}", b"[" * 100_000 + b"]" * 100_000])
+def test_an_answer_no_number_or_depth_can_hold_is_a_protocol_error(config, raw):
+    from pearl_rl_adapter import protocol
+
+    with pytest.raises(PearlProtocolError):
+        protocol.decode(protocol.train_begin(config, 1), 200, raw)
+
+
+@pytest.mark.parametrize("make", [
+    lambda c: c.train_begin(1, deadline_s=float("inf")),
+    lambda c: c.leave_gpus(["n:0"], deadline_s=float("nan")),
+    lambda c: c.update_weights_from_disk(version=None, model_path="/ckpt"),
+    lambda c: c.update_weights_from_disk(version="v1", model_path=""),
+    lambda c: c.destroy_weight_group(None),
+    lambda c: c.state(timeout_s=-1),
+])
+def test_arguments_no_call_can_carry_are_value_errors(make):
+    with pytest.raises(ValueError):
+        make(PearlClient("http://127.0.0.1:9", admin_token=TOKEN))
+
+
+@pytest.mark.parametrize("fields", [{"base_url": 5}, {"timeout_s": "3"}, {"wait_timeout_s": float("inf")},
+                                    {"backoff_s": None}, {"backoff_s": (0.1, -1)}, {"timeout_s": True}])
+def test_a_config_no_client_can_use_is_a_value_error(fields):
+    with pytest.raises(ValueError):
+        ClientConfig(**fields).validate()
