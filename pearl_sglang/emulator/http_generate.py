@@ -101,6 +101,23 @@ def _usage(handles: list[RequestHandle], n: int) -> dict:
             "reasoning_tokens": 0, "completion_tokens_details": None}
 
 
+def _openai_rids(rid: Any, prompts: int, n: int) -> list[str]:
+    """The rids SGLang 0.5.23 runs an OpenAI request's sequences under: the samples of
+    ``n > 1`` get fresh ones (``regenerate_rid``); a batch's one rid becomes ``rid_i``, a
+    list gives one per prompt; a single sequence keeps the rid."""
+    if n > 1:
+        return [uuid.uuid4().hex for _ in range(prompts * n)]
+    if isinstance(rid, list):
+        if len(rid) != prompts:
+            raise BadRequest({"error": {"message": "The specified rids length mismatch with the batch_size "
+                                                   "for batch processing."}})
+        return [str(r) for r in rid]
+    rid = rid or None
+    if prompts == 1:
+        return [rid or uuid.uuid4().hex]
+    return [f"{rid}_{i}" if rid else uuid.uuid4().hex for i in range(prompts)]
+
+
 async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
     worker = request.app[WORKER]
     body = await _json_body(request)
@@ -132,7 +149,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             raise BadRequest({"error": {"message": "prompt must be a string, a list of strings or token ids"}})
         max_tokens = body.get("max_tokens", 16)
     n = body.get("n") or 1
-    base_rid = body.get("rid") or uuid.uuid4().hex
+    rids = _openai_rids(body.get("rid"), len(prompts), n)
     items = []
     for i, p in enumerate([p for p in prompts for _ in range(n)]):
         boot = None
@@ -141,7 +158,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             boot = Bootstrap(str(body.get("bootstrap_host")), body.get("bootstrap_port"),
                              None if room is None else room + i)
         items.append(GenerateRequest(
-            rid=base_rid if len(prompts) * n == 1 else f"{base_rid}_{i}", input_ids=tuple(p),
+            rid=rids[i], input_ids=tuple(p),
             sampling=_openai_sampling(body, max_tokens, len(p), ctx), bootstrap=boot))
     model = body.get("model") or worker.served_model_name
     created = int(time.time())
