@@ -23,7 +23,7 @@ from pearl_sglang.router.admission import AdmissionGate
 from pearl_sglang.router.encoded_ids import EncodedIds, as_list
 from pearl_sglang.router.errors import ServiceUnavailable, UpstreamFailed
 from pearl_sglang.router.generate_request import GenerateItem
-from pearl_sglang.router.inflight import EndCause, InFlightRegistry
+from pearl_sglang.router.inflight import EndCause, InFlight, InFlightRegistry
 from pearl_sglang.router.load import LoadModel
 from pearl_sglang.router.selection import NoRoute, Selector, Target, context_tokens, prefix_key
 from pearl_sglang.router.stitch import Stitcher
@@ -41,6 +41,10 @@ def _held(ids: Sequence[int] | None) -> Sequence[int] | None:
 
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+class RouteAborted(Exception):
+    """A client's abort ended a request while it waited for a route."""
 
 
 @dataclass(frozen=True)
@@ -140,14 +144,25 @@ class Dispatcher:
         that does not stream (``client_stream_interval`` None) gets only the last."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        # Held while a reconfiguration finishes; released in the order of the request's
-        # ``priority`` (higher first, as SGLang's default), so stragglers go first.
-        priority = item.extra.get("priority")
-        await self.gate.admit(priority if type(priority) is int else 0)
+        stitcher = Stitcher(item.rid, _held(item.input_ids))
+        # In flight from here: an abort (a client's, a pause, the router stopping) reaches
+        # it while it is still held or waiting for a route, not only once it is sent.
+        entry = self.inflight.open(item.rid)
+        if not self.gate.is_open:
+            # Held while a reconfiguration finishes; released in the order of the request's
+            # ``priority`` (higher first, as SGLang's default), so stragglers go first.
+            priority = item.extra.get("priority")
+            try:
+                admitted = await self._admitted(entry, priority if type(priority) is int else 0)
+            except BaseException:
+                self.inflight.close(item.rid)
+                raise
+            if not admitted:
+                self.inflight.close(item.rid)
+                yield self._final(stitcher, item, started, ABORTED)
+                return
         first_chunk_at: float | None = None
         windows = TurnWindows(self.activity)
-        stitcher = Stitcher(item.rid, _held(item.input_ids))
-        entry = self.inflight.open(item.rid)
         key = prefix_key(item.input_ids, item.text)
         context = context_tokens(item.input_ids, item.text)
         # This trajectory's next turn is here: it is running work now, no longer owed.
@@ -169,9 +184,13 @@ class Dispatcher:
                     yield self._final(stitcher, item, started,
                                       {"type": "length", "length": item.max_new_tokens})
                     return
-                target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid,
-                                          context=context if not stitcher.generated
-                                          else context + stitcher.generated, rid=item.rid)
+                try:
+                    target = await self.route(key, trajectory=trajectory, exclude=failed, what=item.rid,
+                                              context=context if not stitcher.generated
+                                              else context + stitcher.generated, rid=item.rid,
+                                              aborted=entry.aborted)
+                except RouteAborted:
+                    continue  # the client's abort came while it waited: answered above
                 main = target.main
                 self.inflight.assign(entry, target.slots, tuple(
                     w.endpoint for w in (target.worker, target.prefill, target.decode) if w),
@@ -259,16 +278,31 @@ class Dispatcher:
         windows.first_chunk(target.prefix_holder.slot, target.main.slot, computed,
                             prompt if type(prompt) is int else context, generated)
 
+    async def _admitted(self, entry: InFlight, priority: int) -> bool:
+        """Through the closed admission gate; False if the client's abort came first."""
+        admit = asyncio.ensure_future(self.gate.admit(priority))
+        try:
+            await asyncio.wait((admit, entry.aborted()), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not admit.done():
+                admit.cancel()
+                await gather_settled(admit)
+        if admit.cancelled():
+            return False
+        admit.result()  # the gate's own 503s
+        return True
+
     async def route(self, key: tuple[int, ...], *, trajectory: str | None, exclude: set[int],
                     what: str, context: int | None = None, rid: str | None = None,
-                    remember: bool = True) -> Target:
+                    remember: bool = True, aborted: Callable[[], asyncio.Future[None]] | None = None) -> Target:
         """Pick a target from the current table, waiting (bounded) while none is routable.
         ``exclude`` holds workers that failed this request; it is cleared when nothing else
         is left, so one bad call never strands a request. With ``rid``, the prefill it sends
         counts as queued on its worker until its first chunk. Without a control plane
         (``wait_for_workers`` false) no route because of open circuits is a 503 at once.
         ``remember`` false: a side call (tokenizing a prompt) that must not count as placing
-        the request there."""
+        the request there. ``aborted``: the request's abort future (made only if it has to
+        wait); a wait it ends raises ``RouteAborted``."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         while True:
@@ -295,7 +329,16 @@ class Dispatcher:
                         f"no active worker could take {what} within {wait_s:.0f}s"
                         + (" (workers were still on their way)" if arriving else ""),
                         kind="no_worker") from None
-                await self.store.wait_changed(min(left, 1.0))
+                if aborted is None:
+                    await self.store.wait_changed(min(left, 1.0))
+                    continue
+                changed = asyncio.ensure_future(self.store.wait_changed(min(left, 1.0)))
+                try:
+                    await asyncio.wait((changed, aborted()), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                if aborted().done():
+                    raise RouteAborted(what) from None
                 continue
             if remember:
                 self.selector.remember(target, key, trajectory)

@@ -40,9 +40,19 @@ class InFlight:
     # How to abort a request its workers do not know by this rid (a proxied OpenAI request
     # whose samples SGLang renames): the router stops it itself. None: abort it by rid.
     on_abort: Callable[[], None] | None = None
+    _aborted: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.worker_rid = self.worker_rid or self.rid
+
+    def aborted(self) -> asyncio.Future[None]:
+        """Done once a client's abort ends this request: what a wait before it reaches a
+        worker (the admission gate, a route) races against."""
+        if self._aborted is None:
+            self._aborted = asyncio.get_running_loop().create_future()
+            if self.cause is EndCause.CLIENT_ABORT:
+                self._aborted.set_result(None)
+        return self._aborted
 
 
 @dataclass
@@ -94,6 +104,8 @@ class InFlightRegistry:
         for entry in entries:
             if cause is EndCause.CLIENT_ABORT or entry.cause is None:
                 entry.cause = cause
+            if cause is EndCause.CLIENT_ABORT and entry._aborted is not None and not entry._aborted.done():
+                entry._aborted.set_result(None)
 
     def emptied(self, slot: int) -> asyncio.Future[None]:
         """A future done once no request is on ``slot`` (at once if none is now)."""

@@ -69,6 +69,55 @@ async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_o
                 await c.post(url + "/generate", json=_gen(1))
 
 
+async def test_stop_answers_requests_held_at_the_gate_or_waiting_for_a_route_with_abort():
+    # Found by fuzzing: requests held by /pause_generation were not in flight yet, so a
+    # stop closed their connections without an answer.
+    async with emulator(*SLOW) as (worker, _):
+        store = StateStore(attached_table(regular=(worker,)))
+        app = build_app(RouterConfig(health_interval_s=3600), store)
+        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=60) as c:
+            await c.post(url + "/pause_generation", json={})
+            held = [asyncio.ensure_future(c.post(url + "/generate", json=_gen(50))) for _ in range(3)]
+            await _in_flight(app, 3)
+            await stop_serving(runner, grace_s=0.5)
+            answers = [(await h).json() for h in held]
+    assert [a["meta_info"]["finish_reason"]["type"] for a in answers] == ["abort"] * 3
+    assert all(a["output_ids"] == [] for a in answers)
+
+
+async def test_an_abort_reaches_requests_held_at_the_gate_or_waiting_for_a_route():
+    # Found by fuzzing: an abort_all (or a pause) during a reconfiguration listed requests
+    # still waiting for a worker as aborted, and they were sent and ran to their end.
+    from pearl_sglang.core.events import GpusLeave
+
+    async with emulator(*SLOW) as (worker, _):
+        store = StateStore(attached_table(regular=(worker,)))
+        app = build_app(RouterConfig(health_interval_s=3600), store)
+        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with httpx.AsyncClient(timeout=60) as c:
+                await store.apply([GpusLeave(store.table.worker(0).gpus)])  # nothing routable
+                waiting = asyncio.ensure_future(c.post(url + "/generate", json={**_gen(50), "rid": "w"}))
+                await _in_flight(app, 1)
+                await asyncio.sleep(0.3)  # in the route's wait
+                async with app[ROUTER].gate.closed("a test's reconfiguration"):
+                    held = asyncio.ensure_future(c.post(url + "/generate", json={**_gen(50), "rid": "h"}))
+                    await _in_flight(app, 2)
+                    loop = asyncio.get_running_loop()
+                    started = loop.time()
+                    r = await c.post(url + "/abort_request", json={"abort_all": True})
+                    assert sorted(r.json()["aborted"]) == ["h", "w"]
+                    answers = [(await asyncio.wait_for(t, 5)).json() for t in (waiting, held)]
+                    assert loop.time() - started < 2
+            assert [a["meta_info"]["finish_reason"]["type"] for a in answers] == ["abort"] * 2
+            assert all(a["output_ids"] == [] for a in answers) and len(app[ROUTER].inflight) == 0
+        finally:
+            await runner.cleanup()
+
+
 async def test_stop_answers_a_waiting_legacy_registration_with_503_at_once():
     app = build_app(RouterConfig(health_interval_s=3600), StateStore(attached_table()))
     runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
