@@ -6,7 +6,9 @@ call; the same id with different parameters is a client bug (a reused or collidi
 and is refused with ``RequestIdReused`` rather than answered with an unrelated result.
 A retry that arrives while the first call still runs waits for that same call, also when
 the first caller stopped waiting (a 504 at its deadline: the call goes on); a call that
-failed is forgotten, so its retry acts. Only the last ``keep`` ids are remembered.
+failed is forgotten, so its retry acts. Only the last ``keep`` ids are remembered. A call
+without an id goes on too when its caller stops waiting: a reconfiguration cut half-way
+would leave the table between two states.
 """
 from __future__ import annotations
 
@@ -30,11 +32,14 @@ class OnceByRequestId:
         self._answers: OrderedDict[tuple[str, str], tuple[str, asyncio.Future]] = OrderedDict()
 
     async def run(self, operation: str, request_id: str | None, params: Any,
-                  fn: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+                  fn: Callable[[], Awaitable[dict[str, Any]]], *, remember: bool = True) -> dict[str, Any]:
         """Run ``fn`` once per (``operation``, ``request_id``); ``params`` are what a retry
-        must repeat (JSON-like values)."""
+        must repeat (JSON-like values). ``remember`` false: the id names the call only while
+        it runs (a later call with it acts again)."""
         if request_id is None:
-            return await fn()
+            work = asyncio.ensure_future(fn())
+            work.add_done_callback(_retrieve)  # its caller may have stopped waiting
+            return await asyncio.shield(work)
         key, fingerprint = (operation, request_id), _fingerprint(params)
         if key in self._answers:
             first, future = self._answers[key]
@@ -44,14 +49,20 @@ class OnceByRequestId:
             return {**(await asyncio.shield(future)), "duplicate": True}
         future = asyncio.ensure_future(fn())
         self._answers[key] = (fingerprint, future)
-        future.add_done_callback(lambda done: self._forget_if_failed(key, done))
+        future.add_done_callback(lambda done: self._forget_if_failed(key, done, always=not remember))
         while len(self._answers) > self.keep:
             self._answers.popitem(last=False)
         return {**(await asyncio.shield(future)), "duplicate": False}
 
-    def _forget_if_failed(self, key: tuple[str, str], done: asyncio.Future) -> None:
+    def _forget_if_failed(self, key: tuple[str, str], done: asyncio.Future, *, always: bool = False) -> None:
         """A call that failed is forgotten so its retry acts. A caller that stopped waiting
         (its HTTP deadline passed, the client left) is not a failure: the call goes on, and
         a retry with the same id waits for it instead of acting a second time."""
-        if (done.cancelled() or done.exception() is not None) and self._answers.get(key, (None, None))[1] is done:
+        failed = done.cancelled() or done.exception() is not None
+        if (always or failed) and self._answers.get(key, (None, None))[1] is done:
             del self._answers[key]
+
+
+def _retrieve(done: asyncio.Future) -> None:
+    if not done.cancelled():
+        done.exception()

@@ -39,7 +39,7 @@ from pearl_sglang.core.control import (
     Steps, on_event,
 )
 from pearl_sglang.core.events import (
-    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerLost,
+    BeginPlan, GpusJoin, GpusLeave, TrainBegin, TrainFinished, WeightsUpdated, WorkerLost, apply_all,
 )
 from pearl_sglang.core.gate import ToggleCostEstimator
 from pearl_sglang.core.learning_gate import Exploration, LearningGate
@@ -238,7 +238,10 @@ class Orchestrator:
         return list((await self.growths.grow_with_retries(wave, "bootstrap")).admitted)
 
     async def train_begin(self, *, step: int, request_id: str | None = None) -> dict[str, Any]:
-        return await self._once("train_begin", request_id, {"step": step}, lambda: self._train_begin(step))
+        """Without a ``request_id`` too, the call goes on when its caller stops waiting (a
+        504), and a retry of ``step`` while it runs waits for its answer."""
+        return await self._once("train_begin", request_id or f"(step {step}, no request_id)", {"step": step},
+                                lambda: self._train_begin(step), remember=request_id is not None)
 
     async def _train_begin(self, step: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -270,10 +273,15 @@ class Orchestrator:
 
     async def _train_finished(self, step: int, remaining: float | None) -> dict[str, Any]:
         async with self.lock:
+            before = self.state
             repeated = self._answer(self.on(FinishTraining(step)))
             if repeated is not None:
                 return repeated
-            await self.store.apply([TrainFinished()])
+            try:
+                await self.store.apply([TrainFinished()])
+            except Exception:
+                self.state = before  # a train_finished the table refuses leaves the step training
+                raise
             answer = self._answer(self.on(GateAsked(remaining, launch_s=self.phases.mean_s("preparation"),
                                                     activation_s=self.phases.mean_s("activation"))))
             if answer["borrowing"]:
@@ -303,6 +311,7 @@ class Orchestrator:
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with self.lock:
+            apply_all(self.store.table, [GpusLeave(tuple(gpus))])  # a leave the table refuses stops nothing
             await self.growths.cancel(by="gpus_leave")
             await self.store.apply([GpusLeave(tuple(gpus))])
             wave = await self.begin("gpus_leave", borrow=self.state.borrowing)

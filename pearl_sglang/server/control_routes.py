@@ -131,7 +131,8 @@ async def _run(coro, *, deadline_s: float | None = None) -> web.Response:
         if answer is not None:
             raise answer from e
         if isinstance(e, asyncio.TimeoutError):
-            raise GatewayTimeout(f"the operation did not finish within {deadline_s:.0f}s") from e
+            raise GatewayTimeout(f"the operation did not finish within {deadline_s:g}s; it goes on (see "
+                                 f"/pearl/state), and a retry with the same request_id waits for it") from e
         raise
     except asyncio.CancelledError as e:
         task = asyncio.current_task()

@@ -40,7 +40,7 @@ async def test_each_control_error_has_one_answer(error, status, kind):
 
 
 async def test_a_deadline_is_a_gateway_timeout_and_other_errors_pass_through():
-    with pytest.raises(GatewayTimeout, match="within 0s"):
+    with pytest.raises(GatewayTimeout, match="within 0.01s; it goes on"):
         await _run(asyncio.sleep(1), deadline_s=0.01)
     assert answer_for(ValueError("x")) is None
 

@@ -32,3 +32,15 @@ async def test_pd_mode_preempted_by_train_begin_still_answers(tiny_model_dir):
             assert mode_body["error"]["type"] == "preempted", mode_body
         await c.settle(60)
         assert c.table.active_topology().total >= 1
+
+
+async def test_a_refused_leave_leaves_a_join_in_flight_alone(tiny_model_dir):
+    # Found by fuzzing: a leave of GPUs the cluster does not have answered 409, but had
+    # already stopped the join in flight (its launching worker killed, nothing re-planned).
+    async with running_cluster(slow_start(tiny_model_dir), settle_s=60) as c:
+        join = asyncio.ensure_future(post(c, "/pearl/gpus", {"action": "join", "gpus": ["x0:0"]}))
+        await asyncio.sleep(0.2)
+        status, body = await post(c, "/pearl/gpus", {"action": "leave", "gpus": ["nosuch:0"], "deadline_s": 5})
+        assert status == 409 and "dedicated zone" in body["error"]["message"], body
+        status, body = await join
+        assert status == 200 and not body["cancelled"] and body["admitted"], body

@@ -71,3 +71,49 @@ async def test_a_waiter_that_leaves_does_not_make_the_call_forgettable():
     with pytest.raises(RuntimeError):
         await once.run("gpus_leave", "r2", {}, fail)
     assert calls == [1, 2, 2]  # a failed call is forgotten: its retry acts
+
+
+async def test_a_train_begin_without_a_request_id_goes_on_after_its_504(tiny_model_dir):
+    """Found by fuzzing: the 504 cancelled the call itself, half-way through returning the
+    training GPUs; the step counted as begun while borrowed workers went on serving (or
+    stayed leaving for good), and both a retry and train_finished were 409s."""
+    async with running_cluster(cluster_config(tiny_model_dir)) as c:
+        await c.admin("/train_begin", {"step": 0})
+        assert (await c.admin("/train_finished", {"step": 0}))["borrowing"]
+        for _ in range(400):  # the borrowed workers serve
+            if c.table.active_topology().total == 4:
+                break
+            await asyncio.sleep(0.05)
+        assert c.table.active_topology().total == 4
+        await c.admin("/train_begin", {"step": 1, "deadline_s": 1e-6}, expect=504)
+        for _ in range(400):
+            if c.control.training and c.table.training_owns_overlap:
+                break
+            await asyncio.sleep(0.05)
+        assert c.control.training and c.table.training_owns_overlap, "the train_begin did not go on"
+        again = await c.admin("/train_begin", {"step": 1})  # the step has begun: its retry is answered
+        assert again["repeated_step"] and again["returned_gpus"] == ["t0:0", "t0:1"]
+        finished = await c.admin("/train_finished", {"step": 1})
+        assert "borrowing" in finished and not c.control.training
+
+
+async def test_without_an_id_a_call_goes_on_when_its_caller_stops_and_a_named_run_joins_it():
+    once, calls, release = OnceByRequestId(), [], asyncio.Event()
+
+    async def act() -> dict:
+        calls.append(1)
+        await release.wait()
+        return {"ok": True}
+
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(once.run("train_begin", None, {}, act), 0.01)
+    with pytest.raises(asyncio.TimeoutError):  # per step, remembered only while it runs
+        await asyncio.wait_for(once.run("train_begin", "step 3", {"step": 3}, act, remember=False), 0.01)
+    retry = asyncio.ensure_future(once.run("train_begin", "step 3", {"step": 3}, act, remember=False))
+    await asyncio.sleep(0.01)
+    release.set()
+    assert await retry == {"ok": True, "duplicate": True}
+    assert calls == [1, 1]  # the first (no id) went on; the retry joined the second
+    assert await once.run("train_begin", "step 3", {"step": 3}, act, remember=False) == {
+        "ok": True, "duplicate": False}  # done: forgotten, so a later call acts
+    assert calls == [1, 1, 1]
