@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from pearl_sglang.aio import gather_settled
@@ -173,12 +173,22 @@ class PlanExecutor:
             endpoint, port = await self._become(slot, w.endpoint, w.role, w.gpus)
             if (endpoint, port) == (w.endpoint, w.bootstrap_port):
                 return RoleSwitched(slot)
-            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port)
+            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port,
+                                weight_version=await self._synced(endpoint))
         async with self.phases.phase(operation, "role_switch"):
             await self._drain(slot)
             endpoint, port = await self._become(slot, w.endpoint, w.pending_role, w.gpus)
-            await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
-            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port)
+            return RoleSwitched(slot, endpoint=endpoint, bootstrap_port=port,
+                                weight_version=await self._synced(endpoint))
+
+    async def _synced(self, endpoint: str) -> str:
+        """Load the latest snapshot into ``endpoint`` (again, if a push was adopted while it
+        loaded); the version it now holds, for the table."""
+        while True:
+            latest = self.snapshot()
+            await sync_worker(self.ops, endpoint, latest, reload=False)
+            if self.snapshot().version == latest.version:
+                return latest.version
 
     async def activate(self, add: WorkerAdd, operation: str) -> Event:
         snapshot = self.snapshot()
@@ -272,6 +282,13 @@ class PlanExecutor:
                 events.append(WorkerLost(slot))
             else:
                 events.insert(0, outcome)
+        # A push adopted while the others went back: load it, with no wait between the last
+        # check and the table (it did not reach workers that were switching).
+        while behind := [i for i, e in enumerate(events)
+                         if isinstance(e, SwitchAbandoned) and e.weight_version != self.snapshot().version]:
+            for i in behind:
+                endpoint = events[i].endpoint or self.store.table.worker(events[i].slot).endpoint
+                events[i] = replace(events[i], weight_version=await self._synced(endpoint))
         events += [WorkerLost(s) for s in joining]
         if events:
             await self.store.apply(events)
@@ -304,8 +321,8 @@ class PlanExecutor:
         for attempt in range(RESTORE_ATTEMPTS):
             try:
                 endpoint, port = await self._become(slot, url, w.role, w.gpus)
-                await sync_worker(self.ops, endpoint, self.snapshot(), reload=False)
-                return SwitchAbandoned(slot, endpoint=endpoint, bootstrap_port=port)
+                return SwitchAbandoned(slot, endpoint=endpoint, bootstrap_port=port,
+                                       weight_version=await self._synced(endpoint))
             except (LaunchError, WorkerError, ActivationFailed, OSError):
                 if attempt == RESTORE_ATTEMPTS - 1 or self.launcher is None:
                     raise

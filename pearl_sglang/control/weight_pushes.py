@@ -16,8 +16,13 @@ from pearl_sglang.aio import gather_settled
 from pearl_sglang.control.executor import PlanExecutor
 from pearl_sglang.control.weight_group import TensorSpecs, WeightGroups
 from pearl_sglang.control.weights import from_disk, push_to_workers, sync_worker
-from pearl_sglang.core.events import Event, WorkerReady
+from pearl_sglang.core.events import Event, RoleSwitched, SwitchAbandoned, WorkerReady
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
+
+
+# The events that make a worker serve: each says which weights it holds (None: what the
+# table says it held).
+ADMITTED = (WorkerReady, RoleSwitched, SwitchAbandoned)
 
 
 class NoActiveWorker(RuntimeError):
@@ -49,13 +54,16 @@ class WeightLoading:
         return {w.slot: r for w, r in zip(workers, results)}
 
     async def catch_up(self, events: list[Event], latest: WeightSnapshot) -> list[Event]:
-        """Workers about to be admitted that synced before ``latest`` was adopted load it
+        """Workers about to be admitted (new, switched, or back in their old role) that
+        synced before ``latest`` was adopted, or were switching while it was pushed, load it
         now, all at once like a push (one after another, eight borrowed 30B workers
         waited 8 x 20 s before serving); the caller holds ``lock`` so no push can slip in
         between. The first failure is raised once every load has ended."""
-        behind = [i for i, e in enumerate(events)
-                  if isinstance(e, WorkerReady) and e.weight_version != latest.version]
-        loads = await gather_settled(*(sync_worker(self.executor.ops, events[i].endpoint, latest, reload=False)
+        table = self.executor.store.table
+        behind = [i for i, e in enumerate(events) if isinstance(e, ADMITTED)
+                  and (e.weight_version or table.worker(e.slot).weight_version) != latest.version]
+        loads = await gather_settled(*(sync_worker(self.executor.ops, events[i].endpoint
+                                                   or table.worker(events[i].slot).endpoint, latest, reload=False)
                                        for i in behind))
         for outcome in loads:
             if isinstance(outcome, BaseException):

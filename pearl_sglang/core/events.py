@@ -72,6 +72,7 @@ class RoleSwitched:
     slot: int
     endpoint: str | None = None
     bootstrap_port: int | None = None
+    weight_version: str | None = None  # what it loaded; None: what it held
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class SwitchAbandoned:
     slot: int
     endpoint: str | None = None
     bootstrap_port: int | None = None
+    weight_version: str | None = None  # what it loaded; None: what it held
 
 
 @dataclass(frozen=True)
@@ -177,13 +179,15 @@ def _step(t: StateTable, e: Event) -> StateTable:
         w = _expect(t, e.slot, Activity.SWITCHING)
         return t.put(replace(w, role=w.pending_role, pending_role=None, activity=Activity.ACTIVE,
                              endpoint=e.endpoint or w.endpoint,
-                             bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port))
+                             bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None else w.bootstrap_port,
+                             weight_version=e.weight_version or w.weight_version))
     if isinstance(e, SwitchAbandoned):
         w = _expect(t, e.slot, Activity.SWITCHING)
         return _release_held(t.put(replace(w, pending_role=None, activity=Activity.ACTIVE,
                                            endpoint=e.endpoint or w.endpoint,
                                            bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None
-                                           else w.bootstrap_port)))
+                                           else w.bootstrap_port,
+                                           weight_version=e.weight_version or w.weight_version)))
     if isinstance(e, WorkerLeft):
         w = _expect(t, e.slot, Activity.LEAVING)
         t = t.drop(w.slot) if w.zone is Zone.DEDICATED else t.put(replace(w, activity=Activity.INACTIVE))

@@ -93,3 +93,31 @@ async def test_the_trainers_count_of_running_trajectories_reaches_the_gate(tiny_
             await c.settle()
             lent = [w.activity for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]
             assert lent == [Activity.ACTIVE] * 2
+
+
+@pytest.mark.parametrize("then_back", [False, True], ids=["switched", "switched-back"])
+async def test_a_push_during_a_pd_switch_reaches_the_switched_workers(tiny_model_dir, tiny_model_variant_dir,
+                                                                      then_back):
+    """Found by fuzzing: workers relaunched in a new role synced to the latest weights but
+    the table kept the version they had before, so after a push during the switch they
+    counted as stale and were never routed to (with the only prefill among them: every
+    request a 503, indefinitely)."""
+    async with running_cluster(cluster_config(tiny_model_dir, dedicated=3, overlap=0),
+                               launcher_cls=SlowLauncher) as c:
+        mode = asyncio.ensure_future(c.admin("/pearl/pd_mode", {"pd_mode": "disaggregated"}))
+        for _ in range(200):
+            if any(w.activity is Activity.SWITCHING for w in c.table.rollout_workers()):
+                break
+            await asyncio.sleep(0.02)
+        switching = {w.slot for w in c.table.rollout_workers() if w.activity is Activity.SWITCHING}
+        assert switching
+        await c.admin("/update_weights", {"version": "v9", "model_path": str(tiny_model_variant_dir)})
+        if then_back:  # the switch is given up: its workers go back to their old role
+            await c.admin("/pearl/pd_mode", {"pd_mode": "colocated"})
+        await asyncio.gather(mode, return_exceptions=True)
+        await c.settle()
+        assert c.table.active_topology().mode.value == ("colocated" if then_back else "disaggregated")
+        assert {w.weight_version for w in c.table.active()} == {"v9"}
+        assert switching <= {w.slot for w in c.table.active()}
+        for _ in range(6):
+            assert (await c.generate([5, 5, 5]))["meta_info"]["weight_version"] == "v9"
