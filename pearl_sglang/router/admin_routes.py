@@ -22,17 +22,20 @@ async def readiness(request: web.Request) -> web.Response:
     st = request.app[ROUTER]
     table = st.store.table
     open_slots = st.breakers.open_slots()
-    routable = [w for w in table.active() if w.slot not in open_slots]
+    pushes = st.selector.pushes()
+    stale = sorted(w.slot for w in table.active() if pushes is not None and not pushes.servable(w.weight_version))
+    routable = [w for w in table.active() if w.slot not in open_slots and w.slot not in stale]
     roles = {w.role for w in routable}
     # Ready means a request can be served now: a colocated worker, or both halves of a PD
-    # pair, with closed circuits (an ACTIVE worker whose circuit is open serves nobody).
+    # pair, with closed circuits and weights within the staleness bound (routing skips an
+    # ACTIVE worker whose circuit is open, or that missed pushes).
     ready = Role.COLOCATED in roles or (Role.PREFILL in roles and Role.DECODE in roles)
     pd_roles = roles & {Role.PREFILL, Role.DECODE}
     missing = ([] if ready else [r.value for r in (Role.PREFILL, Role.DECODE) if r not in roles] if pd_roles
                else [Role.COLOCATED.value])
     body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(routable),
             "total_workers": len(table.rollout_workers()), "topology": table.active_topology().label(),
-            "open_circuits": sorted(open_slots), "missing_roles": missing,
+            "open_circuits": sorted(open_slots), "stale_workers": stale, "missing_roles": missing,
             "admission_open": st.gate.is_open}
     return web.json_response(body, status=200 if ready else 503)
 

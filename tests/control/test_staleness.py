@@ -120,6 +120,9 @@ async def test_lagging_worker_serves_within_the_bound_then_leaves_routing_and_is
             outs = await asyncio.gather(*(c.generate([i, 5, 6], 4) for i in range(12)))
             assert {o["meta_info"]["weight_version"] for o in outs} == {"v2"}
             assert routed(c, bad) == before
+            # Readiness counts what routing can use (a stale only prefill was "ready").
+            ready = (await c.client.get(c.url + "/readiness")).json()
+            assert ready["stale_workers"] == [bad] and ready["healthy_workers"] == 2, ready
         out = await push
         assert "injected" in out["workers"][str(bad)]
         await until(lambda: len(c.table.active()) == 3 and all(
