@@ -183,7 +183,7 @@ class Orchestrator:
         self.state_file.save(ControlRecord(
             table=self.store.table.to_dict(), snapshot=st.snapshot.to_dict(), training=st.training,
             borrowing=st.borrowing, last_step=st.steps.to_dict(), workers=workers, intent=st.intent,
-            pushes=st.pushes.to_dict()))
+            pushes=st.pushes.to_dict(), pd_mode=str(st.config.pd_mode)))
 
     async def _recover(self, record: ControlRecord) -> None:
         """Restart path: reconcile the recorded table with reality, then finish or roll
@@ -196,6 +196,7 @@ class Orchestrator:
         self.on(Recovered(
             snapshot=WeightSnapshot.from_dict(record.snapshot), pushes=record.pushes, training=record.training,
             borrowing=record.borrowing, steps=Steps(**record.last_step),
+            pd_mode=PdMode(record.pd_mode) if record.pd_mode is not None else None,
             reported=tuple(sorted({w.weight_version for w in result.table.active() if w.weight_version}))))
         self.recovery = {"intent": record.intent, "notes": result.notes}
         async with self.lock:
@@ -420,6 +421,6 @@ class Orchestrator:
                 "weights": st.snapshot.to_dict(), "weight_groups": self.groups.describe(),
                 "pushes": {"number": st.pushes.number, "max_staleness": st.pushes.max_staleness,
                            "servable_versions": list(st.pushes.versions)},
-                "training": st.training, "borrowing": st.borrowing,
+                "training": st.training, "borrowing": st.borrowing, "pd_mode": str(st.config.pd_mode),
                 "toggle_cost_s": st.learning.gate.toggle_cost_s, "profile_steps": st.learning.tracker.steps,
                 **self.prediction_state()}

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl_sglang.core.errors import CoreError
+from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.state import StateTable
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
 
@@ -41,11 +42,12 @@ class ControlRecord:
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     intent: dict[str, Any] | None = None
     pushes: dict[str, Any] | None = None  # the adopted-push log (``PushLog.to_dict``)
+    pd_mode: str | None = None  # the PD mode in force (an operator's /pearl/pd_mode outlives a restart)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "table": self.table, "snapshot": self.snapshot, "training": self.training,
                 "borrowing": self.borrowing, "last_step": self.last_step, "workers": self.workers,
-                "intent": self.intent, "pushes": self.pushes}
+                "intent": self.intent, "pushes": self.pushes, "pd_mode": self.pd_mode}
 
     @classmethod
     def from_dict(cls, data: Any) -> "ControlRecord":
@@ -61,11 +63,14 @@ class ControlRecord:
         try:  # what the restart path reads back from them
             StateTable.from_dict(data["table"])
             WeightSnapshot.from_dict(data["snapshot"])
+            if data.get("pd_mode") is not None:
+                PdMode(data["pd_mode"])
         except (CoreError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise UnreadableRecord(f"malformed table or snapshot: {e!r}") from e
         return cls(table=data["table"], snapshot=data["snapshot"], training=data["training"],
                    borrowing=data["borrowing"], last_step=dict(data["last_step"]),
-                   workers=dict(data["workers"]), intent=data.get("intent"), pushes=data.get("pushes"))
+                   workers=dict(data["workers"]), intent=data.get("intent"), pushes=data.get("pushes"),
+                   pd_mode=data.get("pd_mode"))
 
 
 class UnreadableRecord(ValueError):

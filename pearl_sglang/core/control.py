@@ -184,6 +184,7 @@ class Recovered:
     borrowing: bool
     steps: Steps
     reported: tuple[str, ...]
+    pd_mode: PdMode | None = None  # the mode in force before the restart (None: the config's)
 
 
 Event = Union[BeginTraining, StepClosed, OverlapReturned, FinishTraining, GateAsked, Decide, NextWave,
@@ -378,15 +379,16 @@ def _push_adopted(state: ControlState, e: PushAdopted, seen: Seen) -> tuple[Cont
 def _pd_mode_set(state: ControlState, e: PdModeSet, seen: Seen) -> tuple[ControlState, Effects]:
     if not isinstance(e.mode, PdMode):
         raise InvalidConfig(f"pd_mode must be a PdMode, got {e.mode!r}", key="pd_mode")
-    return replace(state, config=replace(state.config, pd_mode=e.mode)), ()
+    return replace(state, config=replace(state.config, pd_mode=e.mode)), (Persist(),)
 
 
 def _recovered(state: ControlState, e: Recovered, seen: Seen) -> tuple[ControlState, Effects]:
     bound = state.pushes.max_staleness
     pushes = (PushLog.from_dict(e.pushes, max_staleness=bound, also=e.reported) if e.pushes else
               PushLog.start(e.snapshot.version, max_staleness=bound, also=e.reported))
-    return replace(state, snapshot=e.snapshot, pushes=pushes, training=e.training, borrowing=e.borrowing,
-                   steps=e.steps), ()
+    config = state.config if e.pd_mode is None else replace(state.config, pd_mode=e.pd_mode)
+    return replace(state, config=config, snapshot=e.snapshot, pushes=pushes, training=e.training,
+                   borrowing=e.borrowing, steps=e.steps), ()
 
 
 _HANDLERS: dict[type, Callable[[ControlState, Any, Seen], tuple[ControlState, Effects]]] = {

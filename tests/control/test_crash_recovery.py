@@ -212,3 +212,23 @@ def test_the_push_count_survives_a_restart(tmp_path, tiny_model_dir):
     finally:
         router.stop()
     assert not leftovers(tiny_model_dir)
+
+
+def test_an_operators_pd_mode_outlives_a_restart(tmp_path, tiny_model_dir):
+    # Found by fuzzing: after a SIGKILL and a restart the router went back to the config's
+    # mode, undoing the operator's /pearl/pd_mode.
+    config = write_config(tmp_path, tiny_model_dir, cold_start_s=0)
+    router = start_router(tmp_path, config, "router-1")
+    try:
+        settled(router)
+        r = httpx.post(router.url + "/pearl/pd_mode", json={"pd_mode": "disaggregated"}, headers=AUTH, timeout=60)
+        assert r.status_code == 200, r.text
+        router.kill()
+        router = start_router(tmp_path, config, "router-2")
+        table = settled(router)
+        assert state(router)["control"]["pd_mode"] == "disaggregated"
+        assert sorted(w["role"] for w in table["workers"] if w["role"] != "training") == ["decode", "prefill"]
+        assert generate(router)["meta_info"]["completion_tokens"] == 8
+    finally:
+        router.stop()
+    assert not leftovers(tiny_model_dir)
