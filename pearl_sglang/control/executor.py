@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from pearl_sglang.aio import gather_settled
@@ -30,7 +30,8 @@ from pearl_sglang.control.phases import PhaseLog
 from pearl_sglang.control.weights import require_disk_copy, sync_worker
 from pearl_sglang.core.weight_snapshot import WeightSnapshot
 from pearl_sglang.core.events import (
-    Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady, WorkerUnregistered,
+    ActivationAbandoned, Event, RoleSwitched, SwitchAbandoned, WorkerLeft, WorkerLost, WorkerReady,
+    WorkerUnregistered,
 )
 from pearl_sglang.core.planner import WorkerAdd
 from pearl_sglang.core.registered import is_registered
@@ -72,6 +73,9 @@ class PlanExecutor:
     snapshot: Callable[[], WeightSnapshot]
     launch_version: str = "default"
     weights_cpu_backup: bool = False
+    # Retained workers whose memory is released and not known to be back: a re-activation
+    # cancelled before its resume leaves it so, and a second release is refused.
+    released: set[int] = field(default_factory=set)
 
     async def _drain(self, slot: int) -> bool:
         drained = await self.data_plane.drain(slot, self.deadlines.drain_s)
@@ -79,12 +83,19 @@ class PlanExecutor:
             log.warning("slot %s did not drain in %.0fs; stopping it anyway", slot, self.deadlines.drain_s)
         return drained
 
+    def _retained(self, w: WorkerRecord) -> bool:
+        """A JOINING overlap worker that is a kept process being re-activated (a new one has
+        no endpoint until it is ready)."""
+        return (w.zone is Zone.OVERLAP and w.activity is Activity.JOINING and bool(w.endpoint)
+                and self._launched(w) and self.launcher.alive(w.slot))
+
     def _launched(self, w: WorkerRecord) -> bool:
         """Whether PEARL's launcher owns this worker's process (registered engines are the
         framework's: never relaunched, stopped or judged by the launcher's liveness)."""
         return self.launcher is not None and not is_registered(w)
 
     async def kill(self, slot: int) -> None:
+        self.released.discard(slot)
         table = self.store.table
         if self.launcher is not None and not (table.has(slot) and is_registered(table.worker(slot))):
             await self.launcher.stop(slot)
@@ -95,23 +106,37 @@ class PlanExecutor:
         async with self.phases.phase(operation, "deactivation"):
             await self._drain(slot)
             if w.zone is Zone.OVERLAP and w.endpoint:
-                try:
-                    await self.ops.pause(w.endpoint, "abort")
-                    await self.ops.release_memory(w.endpoint)
-                    if await self.ops.frees_memory_on_release(w.endpoint) is False:
-                        raise WorkerRefused(w.endpoint, "the worker runs without the memory saver, so the "
-                                            "release freed nothing (set engine.memory_saver: true)",
-                                            path="/release_memory_occupation")
-                    return WorkerLeft(slot)
-                except WorkerError as e:
-                    log.warning("slot %s could not release memory (%s); killing it", slot, e)
-                    await self.kill(slot)
-                    return WorkerLost(slot)
+                return WorkerLeft(slot) if await self._released(slot, w.endpoint) else WorkerLost(slot)
             if is_registered(w):
                 # The framework owns the process: it leaves PEARL, GPU ids and all.
                 return WorkerUnregistered(slot)
             await self.kill(slot)
             return WorkerLeft(slot)
+
+    async def _released(self, slot: int, endpoint: str) -> bool:
+        """An overlap worker's memory released, its process kept (True); stopped when it
+        cannot release (False)."""
+        try:
+            await self.ops.pause(endpoint, "abort")
+            try:
+                await self.ops.release_memory(endpoint)
+            except WorkerError as e:
+                if slot not in self.released:
+                    raise
+                # Its re-activation was cancelled before the memory came back: the refusal
+                # says it is still released. Kept, as a release would.
+                log.info("slot %s kept its memory released (%s)", slot, e)
+                return True
+            if await self.ops.frees_memory_on_release(endpoint) is False:
+                raise WorkerRefused(endpoint, "the worker runs without the memory saver, so the "
+                                    "release freed nothing (set engine.memory_saver: true)",
+                                    path="/release_memory_occupation")
+            self.released.add(slot)
+            return True
+        except WorkerError as e:
+            log.warning("slot %s could not release memory (%s); killing it", slot, e)
+            await self.kill(slot)
+            return False
 
     async def _actual_role(self, url: str) -> Role:
         info = await self.ops.model_info(url)
@@ -196,6 +221,7 @@ class PlanExecutor:
             w = self.store.table.worker(add.slot)
             async with self.phases.phase(operation, "activation"):
                 await self.ops.resume_memory(w.endpoint)
+                self.released.discard(add.slot)
                 await sync_worker(self.ops, w.endpoint, snapshot, reload=not self.weights_cpu_backup)
                 endpoint, port = await self._become(add.slot, w.endpoint, add.role, add.gpus)
                 await self.ops.resume_generation(endpoint)
@@ -267,6 +293,10 @@ class PlanExecutor:
         joining = [s for s in slots if table.has(s) and table.worker(s).activity is Activity.JOINING]
         switching = [s for s in slots if table.has(s) and table.worker(s).activity is Activity.SWITCHING
                      and not table.worker(s).held]
+        # A retained overlap worker being re-activated keeps its process (released again).
+        retained = [s for s in joining if self._retained(table.worker(s))]
+        kept = {s for s in retained if await self._released(s, table.worker(s).endpoint or "")}
+        joining = [s for s in joining if s not in retained]
         for slot in joining:
             await self.kill(slot)
         now_at = {e.slot: (e.endpoint, e.bootstrap_port) for e in reached or ()
@@ -289,7 +319,8 @@ class PlanExecutor:
             for i in behind:
                 endpoint = events[i].endpoint or self.store.table.worker(events[i].slot).endpoint
                 events[i] = replace(events[i], weight_version=await self._synced(endpoint))
-        events += [WorkerLost(s) for s in joining]
+        events += [WorkerLost(s) for s in joining] + [ActivationAbandoned(s) if s in kept else WorkerLost(s)
+                                                      for s in retained]
         if events:
             await self.store.apply(events)
             self._forget_failures(events)

@@ -13,7 +13,7 @@ Lifecycle of a rollout worker::
     ACTIVE --BeginPlan switch--> SWITCHING --RoleSwitched--> ACTIVE (new role)
     ACTIVE/JOINING/SWITCHING --BeginPlan remove, GpusLeave, TrainBegin--> LEAVING
     LEAVING --WorkerLeft--> empty slot (dedicated) or INACTIVE (overlap: process kept)
-    INACTIVE --BeginPlan add (retained)--> JOINING
+    INACTIVE --BeginPlan add (retained)--> JOINING --ActivationAbandoned--> INACTIVE
     any --WorkerLost--> empty slot
 
 When an update leaves active prefill workers without active decode workers (or the
@@ -86,6 +86,14 @@ class SwitchAbandoned:
 
 
 @dataclass(frozen=True)
+class ActivationAbandoned:
+    """A retained overlap worker's re-activation given up: its process stays, with its
+    memory released (INACTIVE, as after its return)."""
+
+    slot: int
+
+
+@dataclass(frozen=True)
 class WorkerLeft:
     slot: int
 
@@ -134,14 +142,14 @@ class WeightsUpdated:
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              SwitchAbandoned, WorkerLeft, WorkerLost, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
+              SwitchAbandoned, ActivationAbandoned, WorkerLeft, WorkerLost, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
               WorkerUnregistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
 # lone admitted prefill worker is a caller error and fails the invariant check instead.
-_SHRINKING = (GpusLeave, TrainBegin, WorkerLost, BeginPlan, SwitchAbandoned, WorkerUnregistering,
-              WorkerUnregistered)
+_SHRINKING = (GpusLeave, TrainBegin, WorkerLost, BeginPlan, SwitchAbandoned, ActivationAbandoned,
+              WorkerUnregistering, WorkerUnregistered)
 
 
 def apply(table: StateTable, event: Event) -> StateTable:
@@ -188,6 +196,11 @@ def _step(t: StateTable, e: Event) -> StateTable:
                                            bootstrap_port=e.bootstrap_port if e.bootstrap_port is not None
                                            else w.bootstrap_port,
                                            weight_version=e.weight_version or w.weight_version)))
+    if isinstance(e, ActivationAbandoned):
+        w = _expect(t, e.slot, Activity.JOINING)
+        if w.zone is not Zone.OVERLAP:
+            raise InvalidTransition(f"slot {w.slot} is not a retained overlap worker", key="slot")
+        return _settle_return(t.put(replace(w, activity=Activity.INACTIVE, pending_role=None)))
     if isinstance(e, WorkerLeft):
         w = _expect(t, e.slot, Activity.LEAVING)
         t = t.drop(w.slot) if w.zone is Zone.DEDICATED else t.put(replace(w, activity=Activity.INACTIVE))

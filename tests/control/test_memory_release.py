@@ -50,3 +50,47 @@ async def test_a_worker_without_the_memory_saver_is_stopped_on_return(tiny_model
         assert len(refused) == 2 and all("runs without the memory saver" in m for m in refused), refused
         assert not [w for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP and w.is_member]
         assert (await c.generate([1, 2, 3], 4))["meta_info"]["completion_tokens"] == 4
+
+
+@pytest.mark.parametrize("interrupt", ["train_begin", "pd_mode"])
+async def test_an_interrupted_reactivation_keeps_the_retained_workers(tiny_model_dir, monkeypatch, interrupt):
+    # Found by fuzzing: a train_begin that cancelled the re-activation of retained overlap
+    # workers before their memory came back asked them to release it again, read the
+    # refusal ("already released") as a failure and killed them; the next borrow then
+    # launched cold instead of resuming. A re-plan (a PD mode change) that cancelled it
+    # stopped them too.
+    import asyncio
+
+    from tests.faults.support import until
+
+    async with running_cluster(cluster_config(tiny_model_dir)) as c:
+        await c.admin("/train_begin", {"step": 0})
+        await c.admin("/train_finished", {"step": 0})
+        await c.settle()
+        borrowed = [w.slot for w in c.table.rollout_workers() if w.zone is Zone.OVERLAP]
+        await c.admin("/train_begin", {"step": 1})  # released and kept
+        processes = {s: c.launcher.worker(s) for s in borrowed}
+        client, held = type(c.control.executor.ops), asyncio.Event()
+        resume = client.resume_memory
+
+        async def resume_later(self, url, *args, **kwargs):
+            await held.wait()
+            return await resume(self, url, *args, **kwargs)
+
+        monkeypatch.setattr(client, "resume_memory", resume_later)
+        await c.admin("/train_finished", {"step": 1})  # re-activation: waits before its resume
+        await until(lambda: any(c.table.worker(s).activity is Activity.JOINING for s in borrowed),
+                    what="the re-activation")
+        if interrupt == "train_begin":
+            await c.admin("/train_begin", {"step": 2})
+            held.set()
+            assert c.table.training_owns_overlap
+            assert all(c.table.worker(s).activity is Activity.INACTIVE for s in borrowed)
+        else:
+            mode = asyncio.ensure_future(c.admin("/pearl/pd_mode", {"pd_mode": "colocated"}))
+            await asyncio.sleep(0.2)
+            held.set()
+            await mode
+            await c.settle()
+            assert all(c.table.worker(s).activity is Activity.ACTIVE for s in borrowed)
+        assert all(c.launcher.worker(s) is processes[s] for s in borrowed), "a retained worker was stopped"
