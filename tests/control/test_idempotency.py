@@ -47,13 +47,19 @@ async def test_a_retry_after_the_first_call_timed_out_waits_for_it_and_acts_once
         assert c.control.training and c.control.last_step["begin"] == 0
 
 
-async def test_a_waiter_that_leaves_does_not_make_the_call_forgettable():
-    once, calls, release = OnceByRequestId(), [], asyncio.Event()
+def _held_call():
+    """An admin call's work that runs until ``release`` is set; ``calls`` counts its runs."""
+    calls, release = [], asyncio.Event()
 
     async def act() -> dict:
         calls.append(1)
         await release.wait()
         return {"ok": True}
+    return calls, release, act
+
+
+async def test_a_waiter_that_leaves_does_not_make_the_call_forgettable():
+    once, (calls, release, act) = OnceByRequestId(), _held_call()
 
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(once.run("gpus_leave", "r1", {"gpus": ["a:0"]}, act), 0.01)
@@ -98,12 +104,7 @@ async def test_a_train_begin_without_a_request_id_goes_on_after_its_504(tiny_mod
 
 
 async def test_without_an_id_a_call_goes_on_when_its_caller_stops_and_a_named_run_joins_it():
-    once, calls, release = OnceByRequestId(), [], asyncio.Event()
-
-    async def act() -> dict:
-        calls.append(1)
-        await release.wait()
-        return {"ok": True}
+    once, (calls, release, act) = OnceByRequestId(), _held_call()
 
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(once.run("train_begin", None, {}, act), 0.01)

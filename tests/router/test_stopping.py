@@ -40,9 +40,7 @@ async def _in_flight(app, count: int) -> None:
 
 async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_output():
     async with emulator(*SLOW) as (worker, _):
-        app = build_app(RouterConfig(health_interval_s=3600), StateStore(attached_table(regular=(worker,))))
-        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
-        url = f"http://127.0.0.1:{port}"
+        url, app, _, runner = await _serving(worker)
         async with httpx.AsyncClient(timeout=60) as c:
             long = asyncio.ensure_future(c.post(url + "/generate", json=_gen(8000)))
             streamed = asyncio.ensure_future(c.post(url + "/generate", json={**_gen(8000), "stream": True}))
@@ -69,14 +67,19 @@ async def test_stop_lets_short_requests_finish_and_aborts_long_ones_with_their_o
                 await c.post(url + "/generate", json=_gen(1))
 
 
-async def test_stop_answers_requests_held_at_the_gate_or_waiting_for_a_route_with_abort():
+async def _serving(worker: str):
+    """A router in this process over ``worker``, its runner left to the caller to stop."""
+    store = StateStore(attached_table(regular=(worker,)))
+    app = build_app(RouterConfig(health_interval_s=3600), store)
+    runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
+    return f"http://127.0.0.1:{port}", app, store, runner
+
+
+async def test_stop_answers_requests_held_at_the_gate_with_abort():
     # Found by fuzzing: requests held by /pause_generation were not in flight yet, so a
     # stop closed their connections without an answer.
     async with emulator(*SLOW) as (worker, _):
-        store = StateStore(attached_table(regular=(worker,)))
-        app = build_app(RouterConfig(health_interval_s=3600), store)
-        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
-        url = f"http://127.0.0.1:{port}"
+        url, app, _, runner = await _serving(worker)
         async with httpx.AsyncClient(timeout=60) as c:
             await c.post(url + "/pause_generation", json={})
             held = [asyncio.ensure_future(c.post(url + "/generate", json=_gen(50))) for _ in range(3)]
@@ -93,10 +96,7 @@ async def test_an_abort_reaches_requests_held_at_the_gate_or_waiting_for_a_route
     from pearl_sglang.core.events import GpusLeave
 
     async with emulator(*SLOW) as (worker, _):
-        store = StateStore(attached_table(regular=(worker,)))
-        app = build_app(RouterConfig(health_interval_s=3600), store)
-        runner, port = await start_site(app, app[ROUTER].connections, "127.0.0.1", 0, close_s=5)
-        url = f"http://127.0.0.1:{port}"
+        url, app, store, runner = await _serving(worker)
         try:
             async with httpx.AsyncClient(timeout=60) as c:
                 await store.apply([GpusLeave(store.table.worker(0).gpus)])  # nothing routable
