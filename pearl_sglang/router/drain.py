@@ -35,12 +35,9 @@ async def migrate_off(st: RouterState, slot: int) -> int:
 
 async def abort(st: RouterState, entries: list[InFlight]) -> None:
     """A client's abort: each entry finishes with the output it has so far (one its
-    workers do not know by rid is stopped by the router: ``InFlight.on_abort``)."""
+    workers do not know by rid is stopped by the router: ``InFlight.aborted``)."""
     st.inflight.end(entries, EndCause.CLIENT_ABORT)
-    for entry in entries:
-        if entry.on_abort is not None:
-            entry.on_abort()
-    await abort_entries(st, [e for e in entries if e.on_abort is None])
+    await abort_entries(st, entries)
 
 
 async def abort_entries(st: RouterState, entries: list[InFlight]) -> None:

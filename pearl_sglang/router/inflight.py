@@ -37,9 +37,6 @@ class InFlight:
     # False for OpenAI requests proxied as they are: the router holds no token ids to
     # resubmit, so a drain waits for them to finish instead of aborting them.
     movable: bool = True
-    # How to abort a request its workers do not know by this rid (a proxied OpenAI request
-    # whose samples SGLang renames): the router stops it itself. None: abort it by rid.
-    on_abort: Callable[[], None] | None = None
     _aborted: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -47,7 +44,8 @@ class InFlight:
 
     def aborted(self) -> asyncio.Future[None]:
         """Done once a client's abort ends this request: what a wait before it reaches a
-        worker (the admission gate, a route) races against."""
+        worker (the admission gate, a route) races against, and a proxied request its
+        worker knows by other rids (``passthrough.abortable``)."""
         if self._aborted is None:
             self._aborted = asyncio.get_running_loop().create_future()
             if self.cause is EndCause.CLIENT_ABORT:

@@ -66,13 +66,9 @@ async def abortable(request: web.Request, entries: list[InFlight],
     the worker had sent none the router could cut."""
     answer = Answer()
     running = asyncio.ensure_future(proxy(answer))
-    aborted = asyncio.get_running_loop().create_future()
-    for entry in entries:
-        entry.on_abort = lambda: aborted.done() or aborted.set_result(None)
     try:
-        await asyncio.wait((running, aborted), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((running, *(e.aborted() for e in entries)), return_when=asyncio.FIRST_COMPLETED)
     finally:
-        aborted.cancel()
         if not running.done():
             running.cancel()
             await gather_settled(running)
