@@ -34,10 +34,10 @@ class ClientConfig:
     def validate(self) -> None:
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        if not (_seconds(self.timeout_s) and _seconds(self.wait_timeout_s)):
+        if not (is_seconds(self.timeout_s) and is_seconds(self.wait_timeout_s)):
             raise ValueError(f"timeout_s and wait_timeout_s must be positive, finite numbers of seconds, "
                              f"got {self.timeout_s!r} and {self.wait_timeout_s!r}")
-        if not isinstance(self.backoff_s, tuple) or not all(_seconds(d) or d == 0 for d in self.backoff_s):
+        if not isinstance(self.backoff_s, tuple) or not all(is_seconds(d) or d == 0 for d in self.backoff_s):
             raise ValueError(f"backoff_s must be a tuple of delays >= 0 in seconds, got {self.backoff_s!r}")
         for name, value in (("admin_token", self.admin_token), ("api_key", self.api_key)):
             if value is not None and (not value or "\n" in value or "\r" in value):
@@ -48,7 +48,8 @@ class ClientConfig:
         return self.base_url.rstrip("/")
 
 
-def _seconds(value: object) -> bool:
+def is_seconds(value: object) -> bool:
+    """A positive, finite number of seconds (not a bool)."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
 
 

@@ -13,12 +13,11 @@ retried here: its outcome is unknown and its time budget is spent.
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
-from pearl_rl_adapter.config import ClientConfig
+from pearl_rl_adapter.config import ClientConfig, is_seconds
 from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
                                      PearlTimeout, PearlUnavailable)
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
@@ -72,7 +71,7 @@ def _count(value: int, name: str) -> int:
 
 def _seconds(value: float, name: str) -> float:
     """A positive, finite number of seconds, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    if not is_seconds(value):
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
 

@@ -5,7 +5,8 @@ import asyncio
 from typing import Any, Awaitable
 
 
-def _retrieve(future: asyncio.Future) -> None:
+def retrieve_outcome(future: asyncio.Future) -> None:
+    """A done callback that consumes a future's exception, for a future no one may await."""
     if not future.cancelled():
         future.exception()
 
@@ -15,5 +16,5 @@ async def gather_settled(*aws: Awaitable[Any]) -> list[Any]:
     consumes the gather's outcome (asyncio would otherwise log "exception was never
     retrieved" for the CancelledError it stores)."""
     gathered = asyncio.gather(*aws, return_exceptions=True)
-    gathered.add_done_callback(_retrieve)
+    gathered.add_done_callback(retrieve_outcome)
     return await gathered

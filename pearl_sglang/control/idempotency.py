@@ -17,6 +17,8 @@ import json
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable
 
+from pearl_sglang.aio import retrieve_outcome
+
 
 class RequestIdReused(ValueError):
     """The ``request_id`` of an earlier call of the same operation came with other parameters."""
@@ -38,7 +40,7 @@ class OnceByRequestId:
         it runs (a later call with it acts again)."""
         if request_id is None:
             work = asyncio.ensure_future(fn())
-            work.add_done_callback(_retrieve)  # its caller may have stopped waiting
+            work.add_done_callback(retrieve_outcome)  # its caller may have stopped waiting
             return await asyncio.shield(work)
         key, fingerprint = (operation, request_id), _fingerprint(params)
         if key in self._answers:
@@ -62,7 +64,3 @@ class OnceByRequestId:
         if (always or failed) and self._answers.get(key, (None, None))[1] is done:
             del self._answers[key]
 
-
-def _retrieve(done: asyncio.Future) -> None:
-    if not done.cancelled():
-        done.exception()

@@ -112,7 +112,6 @@ def _openai_rids(rid: Any, prompts: int, n: int) -> list[str]:
             raise BadRequest({"error": {"message": "The specified rids length mismatch with the batch_size "
                                                    "for batch processing."}})
         return [str(r) for r in rid]
-    rid = rid or None
     if prompts == 1:
         return [rid or uuid.uuid4().hex]
     return [f"{rid}_{i}" if rid else uuid.uuid4().hex for i in range(prompts)]

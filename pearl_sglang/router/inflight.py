@@ -42,6 +42,12 @@ class InFlight:
     def __post_init__(self) -> None:
         self.worker_rid = self.worker_rid or self.rid
 
+    def end(self, cause: EndCause) -> None:
+        if cause is EndCause.CLIENT_ABORT or self.cause is None:
+            self.cause = cause
+        if cause is EndCause.CLIENT_ABORT and self._aborted is not None and not self._aborted.done():
+            self._aborted.set_result(None)
+
     def aborted(self) -> asyncio.Future[None]:
         """Done once a client's abort ends this request: what a wait before it reaches a
         worker (the admission gate, a route) races against, and a proxied request its
@@ -100,10 +106,7 @@ class InFlightRegistry:
         stops them: a client's abort (finish with the partial output) always, a move
         (resubmit it elsewhere) unless a client's abort came first."""
         for entry in entries:
-            if cause is EndCause.CLIENT_ABORT or entry.cause is None:
-                entry.cause = cause
-            if cause is EndCause.CLIENT_ABORT and entry._aborted is not None and not entry._aborted.done():
-                entry._aborted.set_result(None)
+            entry.end(cause)
 
     def emptied(self, slot: int) -> asyncio.Future[None]:
         """A future done once no request is on ``slot`` (at once if none is now)."""
