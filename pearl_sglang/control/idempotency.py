@@ -51,16 +51,15 @@ class OnceByRequestId:
             return {**(await asyncio.shield(future)), "duplicate": True}
         future = asyncio.ensure_future(fn())
         self._answers[key] = (fingerprint, future)
-        future.add_done_callback(lambda done: self._forget_if_failed(key, done, always=not remember))
+        future.add_done_callback(lambda done: self._forget(key, done, always=not remember))
         while len(self._answers) > self.keep:
             self._answers.popitem(last=False)
         return {**(await asyncio.shield(future)), "duplicate": False}
 
-    def _forget_if_failed(self, key: tuple[str, str], done: asyncio.Future, *, always: bool = False) -> None:
-        """A call that failed is forgotten so its retry acts. A caller that stopped waiting
+    def _forget(self, key: tuple[str, str], done: asyncio.Future, *, always: bool = False) -> None:
+        """A call that failed (or any, with ``always``) is forgotten so its retry acts. A caller that stopped waiting
         (its HTTP deadline passed, the client left) is not a failure: the call goes on, and
         a retry with the same id waits for it instead of acting a second time."""
         failed = done.cancelled() or done.exception() is not None
         if (always or failed) and self._answers.get(key, (None, None))[1] is done:
             del self._answers[key]
-
