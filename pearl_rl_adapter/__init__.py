@@ -8,8 +8,8 @@ framework shims live in ``pearl_rl_adapter.shims`` and import their framework la
 from pearl_rl_adapter.aio import AsyncPearlClient
 from pearl_rl_adapter.client import PearlClient
 from pearl_rl_adapter.config import ClientConfig
-from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
-                                     PearlTimeout, PearlUnavailable)
+from pearl_rl_adapter.errors import (PearlAuthError, PearlClientClosed, PearlConflict, PearlError, PearlProtocolError,
+                                     PearlRejected, PearlTimeout, PearlUnavailable)
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightGroupMember, WeightsUpdated)
 from pearl_rl_adapter.rollout import Generated, RolloutClient
@@ -18,7 +18,7 @@ from pearl_rl_adapter.telemetry import (EXPECTED_TURNS_HEADER, TRAJECTORY_HEADER
 
 __all__ = [
     "AsyncPearlClient", "ClientConfig", "DistributedWeights", "EXPECTED_TURNS_HEADER", "Generated", "GpusJoined",
-    "GpusLeft", "PearlAuthError", "PearlClient", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
+    "GpusLeft", "PearlAuthError", "PearlClient", "PearlClientClosed", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
     "PearlTimeout", "PearlUnavailable", "RolloutClient", "TRAJECTORY_HEADER", "TURN_HEADER", "TrainBegun",
     "TrainFinished", "Trajectory", "TurnCounter", "WeightGroup", "WeightGroupDestroyed", "WeightGroupMember",
     "WeightsUpdated", "tag_headers",

@@ -1,8 +1,9 @@
 """asyncio PEARL admin client, for trainers whose driver runs an event loop.
 
 One ``aiohttp.ClientSession`` per client and event loop (``sessions.LoopSession``),
-opened on first use and closed by ``aclose()`` or ``async with``. Requests and answers come from ``protocol``, shared
-with the blocking client, so both behave the same; only the transport differs.
+opened on first use and closed by ``aclose()`` or ``async with``. Requests and answers
+come from ``protocol``, shared with the blocking client, so both behave the same; only
+the transport differs (``exchange``, which ``rollout.RolloutClient`` sends through too).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import aiohttp
 
 from pearl_rl_adapter import protocol
 from pearl_rl_adapter.config import ClientConfig, resolve_config
-from pearl_rl_adapter.errors import PearlError
+from pearl_rl_adapter.errors import PearlConflict, PearlError, PearlTimeout
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightsUpdated)
 from pearl_rl_adapter.sessions import LoopSession
@@ -33,14 +34,12 @@ class AsyncPearlClient:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.config = resolve_config(base_url, admin_token=admin_token, config=config)
         self._sleep = sleep
-        self._session = LoopSession()
-        self._closed = False
+        self._session = LoopSession(repr(self))
 
     def __repr__(self) -> str:
         return f"AsyncPearlClient(base_url={self.config.base_url!r})"
 
     async def aclose(self) -> None:
-        self._closed = True
         await self._session.close()
 
     async def __aenter__(self) -> "AsyncPearlClient":
@@ -116,7 +115,16 @@ class AsyncPearlClient:
         fails), ``train_finished`` after, also when the body raises or is cancelled;
         then the body's error propagates unchanged. ``remaining``: as in
         ``PearlClient.training_step``."""
-        begun = await self.train_begin(step, deadline_s=deadline_s)
+        try:
+            begun = await self.train_begin(step, deadline_s=deadline_s)
+        except PearlTimeout as begin_error:
+            try:  # as in PearlClient.training_step
+                await self.train_finished(step)
+            except PearlConflict:
+                pass
+            except Exception as finish_error:  # noqa: BLE001 - the timeout is the error to report
+                note_unfinished(step, begin_error, finish_error)
+            raise
         try:
             yield begun
         except BaseException as body_error:
@@ -144,19 +152,23 @@ class AsyncPearlClient:
                 await self._sleep(delay)
                 attempt += 1
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        return self._session.get()
-
     async def _exchange(self, call: protocol.Call[Any]) -> tuple[int, bytes]:
-        session = self._get_session()
-        try:
-            async with session.request(call.method, protocol.url(self.config, call), data=protocol.encode(call),
-                                       headers=protocol.headers(self.config, call),
-                                       timeout=aiohttp.ClientTimeout(total=call.timeout_s)) as response:
-                return response.status, await response.read()
-        except asyncio.TimeoutError as e:
-            raise protocol.timed_out(call) from e
-        except aiohttp.ClientError as e:
-            raise protocol.connection_failed(call, e) from e
+        return await exchange(self._session.get(), self.config, call)
+
+
+async def exchange(session: aiohttp.ClientSession, cfg: ClientConfig, call: protocol.Call[Any],
+                   extra_headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """One request of ``call`` over ``session``: its status and body, or the typed error
+    for a timeout or a connection that failed. Redirects are answers, not followed."""
+    headers = protocol.headers(cfg, call)
+    if extra_headers:
+        headers.update(extra_headers)
+    try:
+        async with session.request(call.method, protocol.url(cfg, call), data=protocol.encode(call), headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=call.timeout_s),
+                                   allow_redirects=False) as response:
+            return response.status, await response.read()
+    except asyncio.TimeoutError as e:
+        raise protocol.timed_out(call) from e
+    except aiohttp.ClientError as e:
+        raise protocol.connection_failed(call, e) from e

@@ -2,8 +2,9 @@
 
 Uses only ``urllib.request`` so a trainer needs no extra HTTP library; requests and
 answers come from ``protocol``, shared with the asyncio client. urllib's timeout is per
-socket operation; PEARL's admin answers are one small JSON body sent when the action is
-done, so it bounds the whole call in practice.
+socket operation; the body is read in pieces against the call's deadline, so an answer
+that trickles in ends with ``PearlTimeout`` on time too. Redirects are answers, not
+followed (``protocol.error_for``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 from pearl_rl_adapter import protocol
 from pearl_rl_adapter.config import ClientConfig, resolve_config
-from pearl_rl_adapter.errors import PearlError
+from pearl_rl_adapter.errors import PearlConflict, PearlError, PearlTimeout
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
                                       WeightGroup, WeightGroupDestroyed, WeightsUpdated)
 from pearl_rl_adapter.steps import note_unfinished, remaining_now
@@ -34,7 +35,7 @@ class PearlClient:
         self.config = resolve_config(base_url, admin_token=admin_token, config=config)
         self._sleep = sleep
         # No proxy handler: admin calls go straight to the router, as aiohttp's do.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
 
     def __repr__(self) -> str:
         return f"PearlClient(base_url={self.config.base_url!r})"
@@ -110,11 +111,21 @@ class PearlClient:
     def training_step(self, step: int, *, deadline_s: float | None = None,
                       remaining: Callable[[], int | None] | None = None) -> Iterator[TrainBegun]:
         """Bracket one update: ``train_begin`` before (the body does not run if it
-        fails), ``train_finished`` after, also when the body raises; then the body's
-        error propagates unchanged. ``remaining``: asked when the update ends, the
+        fails; if it timed out, PEARL may still begin the step, so ``train_finished``
+        closes it before the timeout propagates), ``train_finished`` after, also when the
+        body raises; then the body's error propagates unchanged. ``remaining``: asked when the update ends, the
         rollout's trajectories still running then (``train_finished``'s
         ``remaining_trajectories``)."""
-        begun = self.train_begin(step, deadline_s=deadline_s)
+        try:
+            begun = self.train_begin(step, deadline_s=deadline_s)
+        except PearlTimeout as begin_error:
+            try:  # PEARL may still begin the step: closed, so the next one is not refused
+                self.train_finished(step)
+            except PearlConflict:
+                pass  # it never began
+            except Exception as finish_error:  # noqa: BLE001 - the timeout is the error to report
+                note_unfinished(step, begin_error, finish_error)
+            raise
         try:
             yield begun
         except BaseException as body_error:
@@ -145,13 +156,14 @@ class PearlClient:
     def _exchange(self, call: protocol.Call[Any]) -> tuple[int, bytes]:
         request = urllib.request.Request(protocol.url(self.config, call), data=protocol.encode(call),
                                          headers=protocol.headers(self.config, call), method=call.method)
+        deadline = time.monotonic() + call.timeout_s
         try:
             try:
                 with self._opener.open(request, timeout=call.timeout_s) as response:
-                    return response.status, response.read()
+                    return response.status, _read_by(response, deadline)
             except urllib.error.HTTPError as e:
                 with e:  # its body may break or stall too: the handlers below type that
-                    return e.code, e.read()
+                    return e.code, _read_by(e, deadline)
         except TimeoutError as e:
             raise protocol.timed_out(call) from e
         except urllib.error.URLError as e:
@@ -160,3 +172,23 @@ class PearlClient:
             raise protocol.connection_failed(call, e.reason) from e
         except (OSError, http.client.HTTPException) as e:
             raise protocol.connection_failed(call, e) from e
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx comes back as the answer (an ``HTTPError``): the token must not go to another
+    host, and a POST must not become a GET that seems to succeed."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _read_by(response: Any, deadline: float, piece: int = 65536) -> bytes:
+    """The whole body, or ``TimeoutError`` once ``deadline`` (monotonic) has passed."""
+    parts = []
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer did not arrive within the call's timeout")
+        data = response.read1(piece) if hasattr(response, "read1") else response.read(piece)
+        if not data:
+            return b"".join(parts)
+        parts.append(data)

@@ -6,10 +6,10 @@ and falls back to ``PEARL_ADMIN_TOKEN``, the variable the router itself reads.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
+from urllib.parse import urlsplit
 
 TOKEN_ENV = "PEARL_ADMIN_TOKEN"
 URL_ENV = "PEARL_URL"
@@ -32,25 +32,52 @@ class ClientConfig:
     api_key: str | None = field(default=None, repr=False)
 
     def validate(self) -> None:
-        if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        _check_url(self.base_url)
         if not (is_seconds(self.timeout_s) and is_seconds(self.wait_timeout_s)):
-            raise ValueError(f"timeout_s and wait_timeout_s must be positive, finite numbers of seconds, "
+            raise ValueError(f"timeout_s and wait_timeout_s must be numbers of seconds in (0, {MAX_SECONDS:g}], "
                              f"got {self.timeout_s!r} and {self.wait_timeout_s!r}")
         if not isinstance(self.backoff_s, tuple) or not all(is_seconds(d) or d == 0 for d in self.backoff_s):
-            raise ValueError(f"backoff_s must be a tuple of delays >= 0 in seconds, got {self.backoff_s!r}")
+            raise ValueError(f"backoff_s must be a tuple of delays in [0, {MAX_SECONDS:g}] seconds, "
+                             f"got {self.backoff_s!r}")
         for name, value in (("admin_token", self.admin_token), ("api_key", self.api_key)):
-            if value is not None and (not value or "\n" in value or "\r" in value):
-                raise ValueError(f"{name} must be a non-empty single-line string")
+            # Sent as an HTTP header: a bearer token is visible ASCII (RFC 6750).
+            if value is not None and not (isinstance(value, str) and value and value.isascii()
+                                          and value.isprintable() and " " not in value):
+                raise ValueError(f"{name} must be a non-empty string of visible ASCII characters "
+                                 f"(no spaces, line breaks or control characters)")
 
     @property
     def root(self) -> str:
         return self.base_url.rstrip("/")
 
 
+# Longer than any call can sensibly wait (30 days), and short enough for every clock and
+# socket timeout the clients hand it to.
+MAX_SECONDS = 30 * 24 * 3600.0
+
+
 def is_seconds(value: object) -> bool:
-    """A positive, finite number of seconds (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
+    """A positive number of seconds, at most ``MAX_SECONDS`` (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= MAX_SECONDS
+
+
+def _check_url(base_url: object) -> None:
+    """``base_url`` as an http(s) URL both clients can send to, else ``ValueError``."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+    if not base_url.isascii() or not base_url.isprintable() or " " in base_url:
+        raise ValueError(f"base_url must be ASCII with no spaces, line breaks or control characters, "
+                         f"got {base_url!r}")
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises for a port that is not a number in 0..65535
+        host = parts.hostname
+        if host:
+            host.encode("idna")
+    except (ValueError, UnicodeError) as e:
+        raise ValueError(f"base_url {base_url!r} is not a valid URL: {e}") from None
+    if not host:
+        raise ValueError(f"base_url {base_url!r} names no host")
 
 
 def resolve_config(base_url: str | None = None, *, admin_token: str | None = None,
@@ -58,7 +85,9 @@ def resolve_config(base_url: str | None = None, *, admin_token: str | None = Non
                    env: Mapping[str, str] | None = None) -> ClientConfig:
     """Explicit arguments win over ``config``, which wins over the environment."""
     env = os.environ if env is None else env
-    cfg = config or ClientConfig(base_url=env.get(URL_ENV, DEFAULT_URL))
+    if config is not None and not isinstance(config, ClientConfig):
+        raise ValueError(f"config must be a ClientConfig, got {type(config).__name__}")
+    cfg = config if config is not None else ClientConfig(base_url=env.get(URL_ENV, DEFAULT_URL))
     cfg = replace(
         cfg,
         base_url=base_url or cfg.base_url,

@@ -62,3 +62,8 @@ class PearlAuthError(PearlRejected):
 
 class PearlConflict(PearlRejected):
     """409: the call is out of order (``train_begin`` twice, ``train_finished`` first)."""
+
+
+class PearlClientClosed(PearlError, RuntimeError):
+    """The client was closed (``aclose()``) and is used again: open a new one. Nothing was
+    sent. (A ``RuntimeError`` too, as a closed aiohttp session's is.)"""

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
-from pearl_rl_adapter.config import ClientConfig, is_seconds
+from pearl_rl_adapter.config import MAX_SECONDS, ClientConfig, is_seconds
 from pearl_rl_adapter.errors import (PearlAuthError, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
                                      PearlTimeout, PearlUnavailable)
 from pearl_rl_adapter.results import (DistributedWeights, GpusJoined, GpusLeft, TrainBegun, TrainFinished,
@@ -59,8 +59,23 @@ def new_request_id(kind: str) -> str:
 
 
 def _with_id(kind: str, body: dict[str, Any], request_id: str | None) -> dict[str, Any]:
-    body["request_id"] = request_id or new_request_id(kind)
+    body["request_id"] = new_request_id(kind) if request_id is None else _text(request_id, "request_id")
     return body
+
+
+def _timeout(timeout_s: float | None, default: float) -> float:
+    """The call's own timeout (``Call`` checks it), or the config's for its kind."""
+    return min(default, MAX_SECONDS) if timeout_s is None else timeout_s
+
+
+def _port(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValueError(f"master_port must be an int in 1..65535, got {value!r}")
+    return value
+
+
+def _optional_text(value: str | None, name: str) -> str | None:
+    return None if value is None else _text(value, name)
 
 
 def _count(value: int, name: str) -> int:
@@ -100,7 +115,7 @@ def train_begin(cfg: ClientConfig, step: int, *, deadline_s: float | None = None
         body["deadline_s"] = _seconds(deadline_s, "deadline_s")
     # Wait a little longer than the router's own deadline so its 504 arrives first.
     default = cfg.wait_timeout_s if deadline_s is None else body["deadline_s"] + cfg.timeout_s
-    return Call("POST", "/train_begin", _with_id("train_begin", body, request_id), timeout_s or default,
+    return Call("POST", "/train_begin", _with_id("train_begin", body, request_id), _timeout(timeout_s, default),
                 TrainBegun.from_json)
 
 
@@ -114,29 +129,31 @@ def train_finished(cfg: ClientConfig, step: int, *, remaining_trajectories: int 
     if remaining_trajectories is not None:
         body["remaining_trajectories"] = trajectory_count(remaining_trajectories)
     body = _with_id("train_finished", body, request_id)
-    return Call("POST", "/train_finished", body, timeout_s or cfg.timeout_s, TrainFinished.from_json)
+    return Call("POST", "/train_finished", body, _timeout(timeout_s, cfg.timeout_s), TrainFinished.from_json)
 
 
 def update_weights_from_disk(cfg: ClientConfig, *, version: str, model_path: str, load_format: str | None = None,
                              request_id: str | None = None, timeout_s: float | None = None) -> Call[WeightsUpdated]:
     body: dict[str, Any] = {"version": _text(version, "version"), "model_path": _text(model_path, "model_path")}
     if load_format is not None:
-        body["load_format"] = load_format
+        body["load_format"] = _text(load_format, "load_format")
     return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
-                timeout_s or cfg.wait_timeout_s, WeightsUpdated.from_json)
+                _timeout(timeout_s, cfg.wait_timeout_s), WeightsUpdated.from_json)
 
 
 def update_weights_from_distributed(cfg: ClientConfig, *, version: str, distributed: DistributedWeights,
                                     model_path: str | None = None, load_format: str | None = None,
                                     request_id: str | None = None,
                                     timeout_s: float | None = None) -> Call[WeightsUpdated]:
+    if not isinstance(distributed, DistributedWeights):
+        raise ValueError(f"distributed must be a DistributedWeights, got {type(distributed).__name__}")
     body: dict[str, Any] = {"version": _text(version, "version"), "distributed": distributed.to_json()}
     if model_path is not None:
         body["model_path"] = _text(model_path, "model_path")
     if load_format is not None:
-        body["load_format"] = load_format
+        body["load_format"] = _text(load_format, "load_format")
     return Call("POST", "/update_weights", _with_id("update_weights", body, request_id),
-                timeout_s or cfg.wait_timeout_s, WeightsUpdated.from_json)
+                _timeout(timeout_s, cfg.wait_timeout_s), WeightsUpdated.from_json)
 
 
 def init_weight_group(cfg: ClientConfig, *, group_name: str, master_address: str, master_port: int,
@@ -146,42 +163,46 @@ def init_weight_group(cfg: ClientConfig, *, group_name: str, master_address: str
         raise ValueError(f"backend must be 'nccl' or 'gloo', got {backend!r}")
     body = {"action": "init", "group_name": _text(group_name, "group_name"),
             "master_address": _text(master_address, "master_address"),
-            "master_port": int(master_port), "backend": backend}
+            "master_port": _port(master_port), "backend": backend}
     return Call("POST", "/pearl/weight_group", _with_id("weight_group_init", body, request_id),
-                timeout_s or cfg.timeout_s, WeightGroup.from_json)
+                _timeout(timeout_s, cfg.timeout_s), WeightGroup.from_json)
 
 
 def destroy_weight_group(cfg: ClientConfig, group_name: str, *, request_id: str | None = None,
                          timeout_s: float | None = None) -> Call[WeightGroupDestroyed]:
     body = {"action": "destroy", "group_name": _text(group_name, "group_name")}
     return Call("POST", "/pearl/weight_group", _with_id("weight_group_destroy", body, request_id),
-                timeout_s or cfg.timeout_s, WeightGroupDestroyed.from_json)
+                _timeout(timeout_s, cfg.timeout_s), WeightGroupDestroyed.from_json)
 
 
 def join_gpus(cfg: ClientConfig, gpus: Sequence[str], *, hosts: Mapping[str, str] | None = None,
               request_id: str | None = None, timeout_s: float | None = None) -> Call[GpusJoined]:
     body: dict[str, Any] = {"action": "join", "gpus": _gpus(gpus)}
-    if hosts:
-        body["hosts"] = dict(hosts)
-    return Call("POST", "/pearl/gpus", _with_id("gpus_join", body, request_id), timeout_s or cfg.wait_timeout_s,
-                GpusJoined.from_json)
+    if hosts is not None:
+        if not isinstance(hosts, Mapping) or not all(isinstance(k, str) and k and isinstance(v, str) and v
+                                                     for k, v in hosts.items()):
+            raise ValueError(f"hosts must map node names to host addresses (non-empty strings), got {hosts!r}")
+        if hosts:
+            body["hosts"] = dict(hosts)
+    return Call("POST", "/pearl/gpus", _with_id("gpus_join", body, request_id),
+                _timeout(timeout_s, cfg.wait_timeout_s), GpusJoined.from_json)
 
 
 def leave_gpus(cfg: ClientConfig, gpus: Sequence[str], *, deadline_s: float, request_id: str | None = None,
                timeout_s: float | None = None) -> Call[GpusLeft]:
     body = {"action": "leave", "gpus": _gpus(gpus), "deadline_s": _seconds(deadline_s, "deadline_s")}
     return Call("POST", "/pearl/gpus", _with_id("gpus_leave", body, request_id),
-                timeout_s or body["deadline_s"] + cfg.timeout_s, GpusLeft.from_json)
+                _timeout(timeout_s, body["deadline_s"] + cfg.timeout_s), GpusLeft.from_json)
 
 
 def state(cfg: ClientConfig, *, timeout_s: float | None = None) -> Call[dict[str, Any]]:
-    return Call("GET", "/pearl/state", None, timeout_s or cfg.timeout_s, state_from_json)
+    return Call("GET", "/pearl/state", None, _timeout(timeout_s, cfg.timeout_s), state_from_json)
 
 
 def _gpus(gpus: Sequence[str]) -> list[str]:
-    if isinstance(gpus, str) or not gpus:
-        raise ValueError(f"gpus must be a non-empty list like ['node3:0'], got {gpus!r}")
-    return [str(g) for g in gpus]
+    if not isinstance(gpus, (list, tuple)) or not gpus or not all(isinstance(g, str) and g for g in gpus):
+        raise ValueError(f"gpus must be a non-empty list of GPU ids like ['node3:0'], got {gpus!r}")
+    return list(gpus)
 
 
 # ---- wire ----------------------------------------------------------------------------
@@ -213,7 +234,7 @@ def decode(call: Call[T], status: int, body: bytes) -> T:
         if not isinstance(data, dict):
             raise TypeError(f"expected a JSON object, got {type(data).__name__}")
         return call.parse(data)
-    except (ValueError, KeyError, TypeError, ArithmeticError, RecursionError) as e:
+    except (ValueError, LookupError, TypeError, AttributeError, ArithmeticError, RecursionError) as e:
         raise PearlProtocolError(f"unexpected answer ({e!r}): {_snippet(body)}", endpoint=call.endpoint,
                                  status=status, request_id=call.request_id) from e
 
@@ -233,11 +254,17 @@ def error_for(call: Call[Any], status: int, body: bytes) -> PearlError:
         cls = PearlUnavailable
     else:
         cls = PearlProtocolError
+        if 300 <= status < 400:
+            message = (f"HTTP {status} redirect, not followed (the admin token must not go elsewhere and a "
+                       f"POST must not become a GET): set base_url to the router's own address")
     return cls(message, endpoint=call.endpoint, status=status, error_type=kind, request_id=call.request_id)
 
 
 def connection_failed(call: Call[Any], exc: BaseException) -> PearlUnavailable:
-    return PearlUnavailable(f"cannot reach PEARL: {exc!r}", endpoint=call.endpoint, request_id=call.request_id)
+    # The error's str, never its repr: aiohttp's reprs carry the request's headers, the
+    # admin token among them.
+    return PearlUnavailable(f"cannot reach PEARL: {type(exc).__name__}: {exc}", endpoint=call.endpoint,
+                            request_id=call.request_id)
 
 
 def timed_out(call: Call[Any]) -> PearlTimeout:
@@ -257,7 +284,7 @@ def _router_error(body: bytes) -> tuple[str | None, str | None]:
     try:
         err = json.loads(body)["error"]
         return str(err["message"]), (str(err["type"]) if err.get("type") is not None else None)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, LookupError, TypeError, AttributeError, RecursionError):
         return None, None
 
 

@@ -8,6 +8,7 @@ raises ``KeyError``/``TypeError``/``ValueError``; ``protocol.decode`` turns that
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -102,12 +103,29 @@ class DistributedWeights:
     group_name: str
 
     def to_json(self) -> dict[str, Any]:
-        if not len(self.names) == len(self.dtypes) == len(self.shapes):
+        """The push's ``distributed`` body; ``ValueError`` for what no push can carry.
+        ``dtypes`` may be torch dtypes (sent as their names)."""
+        def listed(value: Any, what: str) -> list[Any]:
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+                raise ValueError(f"{what}, got {value!r}")
+            return list(value)
+
+        per_tensor = "must be a list with one entry per tensor"
+        names, dtypes = listed(self.names, f"names {per_tensor}"), listed(self.dtypes, f"dtypes {per_tensor}")
+        shapes = listed(self.shapes, f"shapes {per_tensor}")
+        if not len(names) == len(dtypes) == len(shapes):
             raise ValueError("names, dtypes and shapes must have the same length")
-        if not self.names:
+        if not names:
             raise ValueError("a push needs at least one tensor")
-        return {"group_name": self.group_name, "names": [str(n) for n in self.names],
-                "dtypes": [str(d) for d in self.dtypes], "shapes": [[int(d) for d in s] for s in self.shapes]}
+        if not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"names must be non-empty strings, got {names!r}")
+        if not isinstance(self.group_name, str) or not self.group_name:
+            raise ValueError(f"group_name must be a non-empty string, got {self.group_name!r}")
+        dims = [listed(s, "each shape must be a list of dimensions") for s in shapes]
+        if not all(isinstance(d, Integral) and not isinstance(d, bool) and d >= 0 for s in dims for d in s):
+            raise ValueError(f"shapes must be lists of non-negative ints, got {shapes!r}")
+        return {"group_name": self.group_name, "names": names, "dtypes": [str(d) for d in dtypes],
+                "shapes": [[int(d) for d in s] for s in dims]}
 
 
 @dataclass(frozen=True)

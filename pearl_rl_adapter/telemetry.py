@@ -6,7 +6,8 @@ conflates GRPO siblings that share a prompt. ``X-Pearl-Expected-Turns`` (optiona
 how many turns the trajectory is expected to take in all (its task's turns in an earlier
 epoch, say): stragglers-first ranks the step's trajectories by it instead of by the
 workload's distribution of turns. The router refuses ids over 256
-characters and non-integer turns, so the checks happen here, before a rollout fails.
+characters or not printable ASCII and non-integer turns, so the checks happen here,
+before a rollout fails.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def tag_headers(trajectory_id: str, turn: int, expected_turns: int | None = None
     if known, how many turns the trajectory is expected to take."""
     if not isinstance(trajectory_id, str) or not trajectory_id or len(trajectory_id) > MAX_TRAJECTORY_ID:
         raise ValueError(f"trajectory_id must be a non-empty string of at most {MAX_TRAJECTORY_ID} characters")
-    if not trajectory_id.isprintable():
-        raise ValueError(f"trajectory_id must be printable (it is an HTTP header), got {trajectory_id!r}")
+    if not (trajectory_id.isascii() and trajectory_id.isprintable()):
+        raise ValueError(f"trajectory_id must be printable ASCII (it is an HTTP header), got {trajectory_id!r}")
     if isinstance(turn, bool) or not isinstance(turn, int) or turn < 0:
         raise ValueError(f"turn must be a non-negative int, got {turn!r}")
     headers = {TRAJECTORY_HEADER: trajectory_id, TURN_HEADER: str(turn)}
@@ -61,8 +62,8 @@ class TurnCounter:
     Bounded, oldest first out, because trajectories never say that they ended."""
 
     def __init__(self, *, max_trajectories: int = 65536) -> None:
-        if max_trajectories < 1:
-            raise ValueError("max_trajectories must be >= 1")
+        if isinstance(max_trajectories, bool) or not isinstance(max_trajectories, int) or max_trajectories < 1:
+            raise ValueError(f"max_trajectories must be an int >= 1, got {max_trajectories!r}")
         self._max = max_trajectories
         self._open: OrderedDict[str, Trajectory] = OrderedDict()
 

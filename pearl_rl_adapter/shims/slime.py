@@ -51,10 +51,14 @@ log = logging.getLogger("pearl.adapter")
 
 def router_args(base_url: str) -> list[str]:
     """slime flags that send rollouts to PEARL and let PEARL own the rollout GPUs."""
-    parts = urlsplit(base_url)
-    if not parts.hostname or not parts.port:
+    try:
+        parts = urlsplit(base_url)
+        host, port = parts.hostname, parts.port
+    except (TypeError, ValueError, AttributeError):
+        host = port = None
+    if not host or not port:
         raise ValueError(f"base_url needs a host and a port, got {base_url!r}")
-    return ["--sglang-router-ip", parts.hostname, "--sglang-router-port", str(parts.port),
+    return ["--sglang-router-ip", host, "--sglang-router-port", str(port),
             "--rollout-num-gpus", "0", "--release-train", "--update-weight-mode", "full",
             "--update-weight-transport", "disk", "--custom-megatron-init-path", INIT_PATH]
 

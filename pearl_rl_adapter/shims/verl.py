@@ -68,6 +68,8 @@ class VerlHooks:
 def sglang_sampling(params: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """veRL passes vLLM-style keys; SGLang's ``/generate`` wants ``max_new_tokens`` and
     takes ``return_logprob`` outside ``sampling_params`` (as veRL's own SGLang server does)."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"sampling_params must be a mapping, got {type(params).__name__}")
     out = dict(params)
     if "max_tokens" in out and "max_new_tokens" not in out:
         out["max_new_tokens"] = out.pop("max_tokens")
@@ -99,9 +101,11 @@ class VerlRollout:
 
     async def generate(self, request_id: str, *, prompt_ids: list[int],
                        sampling_params: Mapping[str, Any]) -> Generated:
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id (veRL's per-trajectory id) must be a non-empty string, got {request_id!r}")
         params, return_logprob = sglang_sampling(sampling_params)
         body = generate_body(prompt_ids, params, return_logprob=return_logprob)
-        headers = self.turns.next_turn(str(request_id))
+        headers = self.turns.next_turn(request_id)
         return await self.rollout.post_generate(body, headers=headers)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 
 TOKEN = "s3cret-admin-token"
+STEP_PATHS = ("/train_begin", "/train_finished")
 
 
 @dataclass
@@ -37,6 +38,7 @@ class FakePearl:
     open_step: int | None = None
     answers: dict[str, dict] = field(default_factory=dict)
     url: str = ""
+    step_lock: asyncio.Lock | None = None
 
     # ---- steering ----------------------------------------------------------------------
     def fail(self, path: str, status: int, message: str = "injected", kind: str = "injected", *, times: int = 1,
@@ -67,6 +69,17 @@ class FakePearl:
             self.drops[request.path] -= 1
             request.transport.abort()
             raise asyncio.CancelledError  # nothing is answered on a dropped connection
+        if request.path in STEP_PATHS:  # one at a time, as under the router's control lock
+            async with self._step_lock():
+                return await self._answer(request, handler, body, seen)
+        return await self._answer(request, handler, body, seen)
+
+    def _step_lock(self) -> asyncio.Lock:
+        if self.step_lock is None:
+            self.step_lock = asyncio.Lock()
+        return self.step_lock
+
+    async def _answer(self, request: web.Request, handler, body: Any, seen: Seen) -> web.StreamResponse:
         if request.path in self.delays:
             await asyncio.sleep(self.delays[request.path])
         if request.path != "/generate" and request.headers.get("Authorization") != f"Bearer {self.token}":

@@ -8,10 +8,11 @@ import logging
 import pytest
 
 from pearl_rl_adapter import (AsyncPearlClient, ClientConfig, DistributedWeights, PearlAuthError, PearlClient,
-                              PearlConflict, PearlError, PearlProtocolError, PearlRejected, PearlTimeout,
-                              PearlUnavailable)
+                              PearlClientClosed, PearlConflict, PearlError, PearlProtocolError, PearlRejected,
+                              PearlTimeout, PearlUnavailable)
 from tests.adapter.conftest import BACKOFF
 from tests.adapter.fake_pearl import TOKEN
+from tests.adapter.raw_server import RawAnswer
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -180,45 +181,16 @@ async def test_closed_async_client_refuses_calls(config):
     c = AsyncPearlClient(config=config)
     await c.state()
     await c.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(PearlClientClosed, match="closed") as info:
         await c.state()
+    assert isinstance(info.value, RuntimeError)
 
 
 # ---- found by fuzzing the adapter ------------------------------------------------------
 
-class _RawAnswer:
-    """A server that answers every connection with ``head`` and ``body`` as they are, then
-    holds the connection open for ``hold_s`` (a body that stalls) or closes it (cut short)."""
-
-    def __init__(self, head: bytes, body: bytes, hold_s: float = 0.0) -> None:
-        import socket
-        import threading
-
-        self.head, self.body, self.hold_s = head, body, hold_s
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        import time
-
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                conn.sendall(self.head + self.body)
-                time.sleep(self.hold_s)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.mark.parametrize("hold_s,error", [(0.0, PearlUnavailable), (3.0, PearlTimeout)])
 def test_an_error_answer_whose_body_breaks_or_stalls_is_a_typed_error(hold_s, error):
-    server = _RawAnswer(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    server = RawAnswer(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                         b"Content-Length: 100\r\n\r\n", b'{"error": {"mess', hold_s)
     try:
         cfg = ClientConfig(base_url=server.url, admin_token=TOKEN, timeout_s=0.5, backoff_s=())
