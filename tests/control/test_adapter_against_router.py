@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from pearl_rl_adapter import AsyncPearlClient, DistributedWeights, PearlConflict, PearlRejected
+from pearl_rl_adapter import AsyncPearlClient, DistributedWeights, PearlConflict, PearlRejected, PearlTimeout
 from pearl_sglang.core.state import Activity, Zone
 from tests.control.conftest import TOKEN, cluster_config, running_cluster
 from tests.control.test_elastic import SlowLauncher
@@ -36,6 +36,31 @@ async def test_train_begin_blocks_until_borrowed_gpus_are_returned(tiny_model_di
             assert "without a train_begin" in err.value.message or "train_finished" in err.value.message
             with pytest.raises(ValueError, match="version"):  # refused before it is sent
                 await pearl.update_weights_from_disk(version="", model_path="/x")
+
+
+async def test_a_training_step_whose_begin_timed_out_leaves_no_step_open(tiny_model_dir):
+    # Found by fuzzing the adapter: the router went on with the timed-out train_begin and
+    # every later training_step was refused with 409 (step still training).
+    from dataclasses import replace
+
+    async with running_cluster(cluster_config(tiny_model_dir, time_scale=2)) as c:
+        async with AsyncPearlClient(c.url, admin_token=TOKEN) as pearl:
+            await pearl.train_begin(0)
+            await pearl.train_finished(0)
+            await c.settle()
+            busy = [asyncio.ensure_future(c.generate([i, 2, 3], n=400)) for i in range(8)]
+            await asyncio.sleep(0.3)  # the borrowed workers drain for a while at train_begin
+            hasty = AsyncPearlClient(config=replace(pearl.config, wait_timeout_s=0.05))
+            try:
+                with pytest.raises(PearlTimeout):
+                    async with hasty.training_step(1):
+                        pytest.fail("the body must not run")
+            finally:
+                await hasty.aclose()
+            assert not (await pearl.state())["control"]["training"]
+            async with pearl.training_step(2):
+                assert c.table.training_owns_overlap
+            assert all(o["meta_info"]["completion_tokens"] == 400 for o in await asyncio.gather(*busy))
 
 
 async def test_weight_push_during_a_toggle_reaches_the_borrowed_workers(tiny_model_dir, tiny_model_variant_dir):
