@@ -43,6 +43,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the address is in use, not this host's, or does not resolve
+        print(f"error: cannot listen: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # during the cold start, before the signal handlers
+        return 130
     return 0
 
 

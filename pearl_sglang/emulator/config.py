@@ -9,11 +9,15 @@ does not break the emulator.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, fields
 from typing import Optional
 
 from .engine import EngineConfig
 from .request import DisaggregationMode
+
+# A start-up no launcher waits for (a day, emulated).
+MAX_COLD_START_S = 86400.0
 
 IGNORED_VALUE_FLAGS = (
     "--device", "--load-format", "--dtype", "--disaggregation-decode-retraction-backup",
@@ -69,10 +73,25 @@ class EmulatorArgs:
     def validate(self) -> None:
         if self.disaggregation_mode not in ("null", "prefill", "decode"):
             raise ValueError(f"invalid --disaggregation-mode {self.disaggregation_mode!r}")
-        if self.time_scale <= 0:
-            raise ValueError("--time-scale must be positive")
+        # NaN compares false with everything: a NaN clock or timeout left the engine
+        # spinning on an event time it never reaches, deaf to signals.
+        if not 0 < self.time_scale < math.inf:
+            raise ValueError(f"--time-scale must be a positive finite number, got {self.time_scale}")
+        for flag, value in (("--pd-timeout", self.pd_timeout), ("--health-timeout", self.health_timeout)):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{flag} must be a positive finite number of seconds, got {value}")
+        if self.cold_start is not None and not 0 <= self.cold_start <= MAX_COLD_START_S:
+            raise ValueError(f"--cold-start must be in [0, {MAX_COLD_START_S:g}] emulated seconds, "
+                             f"got {self.cold_start}")
         if self.stream_interval < 1:
             raise ValueError("--stream-interval must be >= 1")
+        if self.tp_size < 1 or self.dp_size < 1:
+            raise ValueError(f"--tp-size and --dp-size must be >= 1, got {self.tp_size} and {self.dp_size}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"--port must be in [0, 65535], got {self.port}")
+        if not 0 <= self.disaggregation_bootstrap_port <= 65535:
+            raise ValueError(f"--disaggregation-bootstrap-port must be in [0, 65535], "
+                             f"got {self.disaggregation_bootstrap_port}")
         if self.engine_stepping not in ("auto", "stretch", "iteration"):
             raise ValueError(f"invalid --engine-stepping {self.engine_stepping!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +103,11 @@ class PerformanceModel:
     lifecycle: Lifecycle
 
     def validate(self) -> None:
+        for part, where in ((self, ""), (self.cost, "cost."), (self.lifecycle, "lifecycle.")):
+            _check_types(part, f"{self.name}: {where}")
+        for field in ("tp_size", "context_length"):
+            if getattr(self, field) < 1:
+                raise ProfileError(f"{self.name}: {field} must be >= 1")
         if self.vocab_size < 64:
             raise ProfileError(f"{self.name}: vocab_size {self.vocab_size} too small")
         if not 0 <= self.eos_token_id < self.vocab_size:
@@ -137,7 +143,25 @@ class PerformanceModel:
         return dataclasses.replace(self, **changes)
 
 
+def _check_types(part: object, where: str) -> None:
+    """Every field of a profile's dataclass ``part`` has its declared type, and every
+    number is finite and >= 0 (costs, durations, rates, probabilities): a NaN or a string
+    would otherwise reach the engine's clock arithmetic."""
+    for f in dataclasses.fields(part):
+        value = getattr(part, f.name)
+        if f.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ProfileError(f"{where}{f.name} must be an integer, got {value!r}")
+        if f.type == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 <= value < math.inf):
+            raise ProfileError(f"{where}{f.name} must be a finite number >= 0, got {value!r}")
+        if f.type == "str" and not isinstance(value, str):
+            raise ProfileError(f"{where}{f.name} must be a string, got {value!r}")
+
+
 def _from_dict(data: dict) -> PerformanceModel:
+    if not isinstance(data, dict) or not isinstance(data.get("cost"), dict) \
+            or not isinstance(data.get("lifecycle"), dict):
+        raise ProfileError("malformed profile: a JSON object with objects 'cost' and 'lifecycle'")
     try:
         body = {k: v for k, v in data.items() if not k.startswith("_")}
         cost = CostModel(**body.pop("cost"))
