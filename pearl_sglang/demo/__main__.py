@@ -98,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
         config = DemoConfig.from_cli_args(parser.parse_args(argv))
     except ValueError as e:
         parser.error(str(e))
+    trace_h = read_bamboo(BAMBOO_P3)[-1].t_s / 3600
+    if config.trace_start_h >= trace_h:
+        parser.error(f"--trace-start-h must be below the trace's {trace_h:.2f} hours")
+    try:
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out {config.out}: {e}")
     if importlib.util.find_spec("matplotlib") is None:  # before an hour of emulation, not after
         print("error: the demo draws throughput.png with matplotlib, which the base install lacks: "
               "pip install 'pearl-sglang[demo]'", file=sys.stderr)
@@ -108,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         loop.add_signal_handler(sig, main_task.cancel)
     try:
         return loop.run_until_complete(main_task)
+    except stack_mod.StackFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except asyncio.CancelledError:
         print("\ninterrupted: the router and its workers were stopped", flush=True)
         return 130

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, fields
+
+from pearl_sglang.emulator.profile import load_profile
 
 from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets, load_preset
 
@@ -39,8 +42,14 @@ class DemoConfig:
         if self.system not in SYSTEMS:
             raise ValueError(f"--system must be one of {SYSTEMS}")
         for name in ("minutes", "time_scale", "train_step_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+            if not 0 < getattr(self, name) < math.inf:  # NaN too
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive finite number")
+        if not 0 <= self.trace_start_h < math.inf:
+            raise ValueError("--trace-start-h must be a finite number of hours >= 0")
+        if self.max_preemptible_workers < 0 or self.overlap_workers < 0:
+            raise ValueError("--max-preemptible-workers and --overlap-workers must be >= 0")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("--port must be in [0, 65535] (0: a free port)")
         if self.batch_size < 1 or self.group_size < 1 or self.batch_size % self.group_size:
             raise ValueError("--batch-size must be a positive multiple of --group-size")
         if self.dedicated_workers < 1:
@@ -49,6 +58,8 @@ class DemoConfig:
             raise ValueError("--carry-over-share must be in [0, 1] (0: off)")
         if self.preset not in available_presets():
             raise ValueError(f"--preset must be one of {available_presets()}")
+        if self.profile:
+            load_profile(self.profile)  # ProfileError (a ValueError) names the bundled ones
 
     @property
     def worker_profile(self) -> str:

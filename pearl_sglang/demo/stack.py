@@ -15,6 +15,10 @@ from pearl_sglang.core.presets import qwen3_8b_tp2
 from pearl_sglang.demo.config import DemoConfig
 
 
+class StackFailed(RuntimeError):
+    """The router or its cluster did not come up; the message carries the router's log tail."""
+
+
 @dataclass(frozen=True)
 class Stack:
     router: ServerProcess
@@ -60,7 +64,7 @@ async def start(config: DemoConfig, run: Path) -> Stack:
     async with aiohttp.ClientSession() as session:
         for _ in range(1200):
             if not router.alive():
-                raise RuntimeError(f"the router exited:\n{router.log_tail()}")
+                raise StackFailed(f"the router exited:\n{router.log_tail()}")
             try:
                 async with session.get(url + "/readiness") as r:
                     if r.status == 200:
@@ -69,4 +73,4 @@ async def start(config: DemoConfig, run: Path) -> Stack:
                 pass
             await asyncio.sleep(0.1)
     router.stop()
-    raise RuntimeError(f"the cluster did not become ready:\n{router.log_tail()}")
+    raise StackFailed(f"the cluster did not become ready:\n{router.log_tail()}")

@@ -29,3 +29,27 @@ def test_partial_rollout_carry_over_is_off_unless_asked_for():
     assert _parse("--carry-over-share", "0.9").carry_over_share == 0.9
     with pytest.raises(ValueError, match="carry-over-share"):
         _parse("--carry-over-share", "1.5")
+
+
+@pytest.mark.parametrize("argv", [
+    ("--minutes", "nan"), ("--time-scale", "nan"), ("--time-scale", "inf"), ("--train-step-s", "nan"),
+    ("--trace-start-h", "nan"), ("--trace-start-h", "-5"), ("--max-preemptible-workers", "-1"),
+    ("--overlap-workers", "-1"), ("--port", "-1"), ("--port", "70000"), ("--profile", "nosuch"),
+])
+def test_values_no_demo_can_run_on_are_refused_before_it_starts(argv):
+    # Found by fuzzing: --minutes nan ran one step and reported success; --profile nosuch
+    # waited two minutes for workers that could not start; a bad port or time scale ended
+    # in the router's error as a traceback.
+    with pytest.raises(ValueError):
+        _parse(*argv)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--trace-start-h", "1e9"), "trace-start-h"), (("--out", "/proc/no-such-dir/x"), "--out"),
+])
+def test_the_demo_program_refuses_a_trace_start_past_the_trace_and_an_unwritable_out(argv, message, capsys):
+    from pearl_sglang.demo.__main__ import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == 2 and message in capsys.readouterr().err
