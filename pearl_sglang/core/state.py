@@ -106,11 +106,13 @@ class WorkerRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "WorkerRecord":
+        if not isinstance(data, Mapping):
+            raise InvalidSnapshot(f"a worker record must be an object, got {data!r}")
         try:
             pending = data.get("pending_role")
             record = cls(
                 slot=_int(data["slot"], "slot"),
-                gpus=tuple(_str(g, "gpus") for g in data["gpus"]),
+                gpus=tuple(_str(g, "gpus") for g in _list(data["gpus"], "gpus")),
                 zone=Zone(data["zone"]),
                 role=Role(data["role"]),
                 activity=Activity(data["activity"]),
@@ -124,6 +126,12 @@ class WorkerRecord:
                 raise
             raise InvalidSnapshot(f"bad worker record {dict(data)!r}: {e}") from e
         return record
+
+
+def _list(v: Any, key: str) -> list[Any]:
+    if not isinstance(v, (list, tuple)):
+        raise InvalidSnapshot(f"{key} must be a list, got {v!r}", key=key)
+    return list(v)
 
 
 def _int(v: Any, key: str) -> int:
@@ -299,10 +307,12 @@ class StateTable:
         try:
             table = cls(
                 tp_size=_int(data["tp_size"], "tp_size"),
-                dedicated_gpus=frozenset(_str(g, "dedicated_gpus") for g in data.get("dedicated_gpus", ())),
-                overlap_gpus=frozenset(_str(g, "overlap_gpus") for g in data.get("overlap_gpus", ())),
+                dedicated_gpus=frozenset(_str(g, "dedicated_gpus")
+                                         for g in _list(data.get("dedicated_gpus", ()), "dedicated_gpus")),
+                overlap_gpus=frozenset(_str(g, "overlap_gpus")
+                                       for g in _list(data.get("overlap_gpus", ()), "overlap_gpus")),
                 overlap_owner=OverlapOwner(data.get("overlap_owner", OverlapOwner.TRAINING.value)),
-                workers=tuple(WorkerRecord.from_dict(w) for w in data.get("workers", ())),
+                workers=tuple(WorkerRecord.from_dict(w) for w in _list(data.get("workers", ()), "workers")),
                 revision=_int(data.get("revision", 0), "revision"),
             )
         except InvalidSnapshot:

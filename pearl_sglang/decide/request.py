@@ -69,6 +69,10 @@ from pearl_sglang.core.step_model import MakespanModel, StepContext, candidates,
 from pearl_sglang.core.topology import Mode
 from pearl_sglang.core.tail import TurnSpread, predict
 
+# More workers than any cluster this decides for; every candidate up to it is evaluated
+# (and printed), so a huge count would run for hours or exhaust memory.
+MAX_WORKERS = 4096
+_TOPOLOGY_KEYS = {"mode", "prefill", "decode", "colocated"}
 _OPTIONAL = {"current", "thresholds", "rho_max", "remaining_turns", "spread", "makespan_model", "mode_factors",
              "pd_prior", "gate"}
 _PLAN_ONLY = {"table", "target", "available_gpus"}
@@ -149,18 +153,18 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
 
     if "N" in data:
         budget = data["N"]
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise InputError("N", f"must be an integer >= 1, got {budget!r}")
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_WORKERS:
+            raise InputError("N", f"must be an integer in [1, {MAX_WORKERS}], got {budget!r}")
     elif table is not None:
         budget = table.budget(available)
-        if budget < 1:
-            raise InputError("table", "no GPUs available for rollout workers")
+        if not 1 <= budget <= MAX_WORKERS:
+            raise InputError("table", f"room for {budget} rollout workers; must be in [1, {MAX_WORKERS}]")
     else:
         raise InputError("N", "missing")
 
     current = None
     if "current" in data:
-        current = _wrap("current", Topology.from_dict, _obj(data["current"], "current"), default_colocated=budget)
+        current = _topology(data["current"], "current", budget)
     elif table is not None and table.topology().total:
         current = table.topology()
 
@@ -173,7 +177,9 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
 
     target = None
     if "target" in data:
-        target = _wrap("target", Topology.from_dict, _obj(data["target"], "target"), default_colocated=budget)
+        target = _topology(data["target"], "target", budget)
+        if not target.total:
+            raise InputError("target", "names no worker (a plan to it would remove every worker)")
     remaining = None
     if "remaining_turns" in data:
         turns = data["remaining_turns"]
@@ -196,6 +202,16 @@ def parse(data: Any, *, plan_mode: bool = False) -> Request:
     return Request(profile, budget, current, thresholds, constraints, table, target, available, remaining, spread,
                    model, _mode_factors(data.get("mode_factors", {}), data.get("pd_prior", ModeFeedback.pd_prior)),
                    gate)
+
+
+def _topology(value: Any, key: str, budget: int) -> Topology:
+    """``current`` or ``target``; an unknown key is refused (a typo such as ``prefil``
+    would read as 0 prefill workers)."""
+    obj = _obj(value, key)
+    extra = sorted(set(obj) - _TOPOLOGY_KEYS)
+    if extra:
+        raise InputError(f"{key}.{extra[0]}", f"unknown key (one of {', '.join(sorted(_TOPOLOGY_KEYS))})")
+    return _wrap(key, Topology.from_dict, obj, default_colocated=budget)
 
 
 def _number(value: Any, key: str) -> float:
@@ -233,8 +249,8 @@ def _gate(value: Any, profile: Profile, budget: int) -> GateQuestion:
     if extra:
         raise InputError(f"gate.{extra[0]}", "unknown key")
     overlap = g.get("overlap_workers")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 1:
-        raise InputError("gate.overlap_workers", f"must be an integer >= 1, got {overlap!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 1 <= overlap <= MAX_WORKERS:
+        raise InputError("gate.overlap_workers", f"must be an integer in [1, {MAX_WORKERS}], got {overlap!r}")
     remaining = _number(g.get("remaining", profile.B), "gate.remaining")
     if remaining > profile.B:
         raise InputError("gate.remaining", f"must be at most B ({profile.B:g}), got {remaining:g}")

@@ -244,3 +244,36 @@ def test_gate_replays_a_given_last_step(capsys):
 def test_gate_inputs_are_validated(gate, key, capsys):
     code, _, err = _run({**PROFILE, "N": 2, "gate": gate}, capsys=capsys)
     assert code == 2 and f"key {key!r}" in err, err
+
+
+# ---- found by fuzzing the command line ---------------------------------------------------
+
+@pytest.mark.parametrize("payload,message", [
+    ({**PROFILE, "N": 10**9}, "'N'"),  # ran for minutes writing every candidate, or out of memory
+    ({**PROFILE, "N": 6, "gate": {"overlap_workers": 10**9}}, "gate.overlap_workers"),  # MemoryError
+    ({**PROFILE, "N": 6, "current": {"mode": "disaggregated", "prefil": 1, "decode": 5}}, "current.prefil"),
+    ({**PROFILE, "B": 1e308, "N": 6}, "too large"),  # printed Infinity, which strict JSON readers refuse
+    ({**PROFILE, "B": 10**400, "N": 6}, "too large"),  # OverflowError
+    ("[" * 100_000 + "]" * 100_000, "not valid JSON"),  # RecursionError
+    ('{"B": ' + "9" * 5000 + "}", "not valid JSON"),  # past Python's 4300-digit limit
+])
+def test_input_no_decision_can_use_is_a_one_line_error(payload, message, capsys):
+    code, out, err = _run(payload, capsys=capsys)
+    assert code == 2 and out == "" and err.startswith("error: ") and message in err, err
+
+
+def test_a_plan_to_no_worker_or_over_a_malformed_table_is_an_error(capsys):
+    table = StateTable.create(tp_size=1, dedicated_gpus=["n:0", "n:1"]).to_dict()
+    code, _, err = _run({**PROFILE, "table": table, "target": {}}, "--plan", capsys=capsys)
+    assert code == 2 and "'target'" in err  # was a plan removing every worker, exit 0
+    code, _, err = _run({**PROFILE, "table": {**table, "workers": "x"}}, "--plan", capsys=capsys)
+    assert code == 2 and "workers must be a list" in err  # was an AttributeError traceback
+
+
+def test_input_that_is_not_utf8_and_a_huge_indent_are_errors(tmp_path, capsys):
+    path = tmp_path / "profile.json"
+    path.write_bytes(b"\xff\xfe{}")
+    assert main([str(path)]) == 2 and "not UTF-8" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["--indent", "100000000", str(path)])
+    assert info.value.code == 2
