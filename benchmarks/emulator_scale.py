@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.harness.cli_args import known_profile, pd_ratio, positive_int  # noqa: E402
 from benchmarks.harness.virtual_cluster import VirtualCluster  # noqa: E402
 from pearl_sglang.emulator import (Bootstrap, EngineConfig, GenerateRequest, DisaggregationMode,  # noqa: E402
                                    SamplingParams, load_profile)
@@ -154,14 +155,14 @@ def run_http(profile_name: str, n: int, prompt_len: int, max_new: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("part", nargs="?", default="all", choices=["inprocess", "http", "all"])
-    ap.add_argument("--profile", default="qwen3-8b-h800-tp2")
-    ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--trajectories", type=int, default=64)
-    ap.add_argument("--turns", type=int, default=30)
-    ap.add_argument("--pd", default=None, help="P:D split instead of colocated, e.g. 4:12")
-    ap.add_argument("--requests", type=int, default=256)
-    ap.add_argument("--prompt-len", type=int, default=1000)
-    ap.add_argument("--max-new", type=int, default=300)
+    ap.add_argument("--profile", type=known_profile, default="qwen3-8b-h800-tp2")
+    ap.add_argument("--workers", type=positive_int, default=16)
+    ap.add_argument("--trajectories", type=positive_int, default=64)
+    ap.add_argument("--turns", type=positive_int, default=30)
+    ap.add_argument("--pd", type=pd_ratio, default=None, help="P:D split instead of colocated, e.g. 4:12")
+    ap.add_argument("--requests", type=positive_int, default=256)
+    ap.add_argument("--prompt-len", type=positive_int, default=1000)
+    ap.add_argument("--max-new", type=positive_int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if a.part in ("inprocess", "all"):

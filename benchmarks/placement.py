@@ -59,6 +59,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parents[1]
 STACK_DIR = REPO / ".sglang-cpu"
 
+from benchmarks.harness.cli_args import positive_float, positive_int  # noqa: E402
 from benchmarks.harness.servers import SglangCpuStack  # noqa: E402
 from pearl_sglang.emulator import server as emu  # noqa: E402
 from pearl_sglang.emulator.config import EmulatorArgs  # noqa: E402
@@ -299,17 +300,17 @@ def markdown(result: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.placement", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smaller workload (2 groups x 8, 2 turns, 4 workers)")
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--groups", type=int, default=4)
-    ap.add_argument("--group-size", type=int, default=16)
-    ap.add_argument("--prompt-tokens", type=int, default=2048)
-    ap.add_argument("--turns", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--workers", type=positive_int, default=8)
+    ap.add_argument("--groups", type=positive_int, default=4)
+    ap.add_argument("--group-size", type=positive_int, default=16)
+    ap.add_argument("--prompt-tokens", type=positive_int, default=2048)
+    ap.add_argument("--turns", type=positive_int, default=4)
+    ap.add_argument("--max-new-tokens", type=positive_int, default=96)
     ap.add_argument("--observation-tokens", type=int, default=256)
     ap.add_argument("--env-s", type=float, default=1.0, help="environment time between turns (emulated s)")
     ap.add_argument("--rewrite-fraction", type=float, default=0.0)
     ap.add_argument("--profile", default="qwen3-8b-h800-tp2")
-    ap.add_argument("--time-scale", type=float, default=None,
+    ap.add_argument("--time-scale", type=positive_float, default=None,
                     help="emulated seconds per real second (default 0.5, quick 2: slow enough that the "
                          "single process's CPU stays a small part of the emulated time)")
     ap.add_argument("--seed", type=int, default=0)

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pearl_sglang.control.cluster_config import ClusterConfig  # noqa: E402
 from pearl_sglang.core.presets import qwen3_8b_tp2  # noqa: E402
 from pearl_sglang.emulator.profile import load_profile  # noqa: E402
+from benchmarks.harness.cli_args import positive_float  # noqa: E402
 from benchmarks.harness.cluster import running_cluster  # noqa: E402
 
 PAPER = {  # Table 3, seconds: (Qwen3-8B, Qwen3-30B-A3B)
@@ -82,7 +83,7 @@ def report(profile_name: str, column: int, phases: dict, time_scale: float) -> l
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--time-scale", type=float, default=100.0)
+    parser.add_argument("--time-scale", type=positive_float, default=100.0)
     parser.add_argument("--out", default=None, help="default: benchmarks/results/reconfiguration_cost[-quick].json")
     args, _ = parser.parse_known_args(argv)  # ignores the suite's --parallel
     cycles = 2 if args.quick else 5

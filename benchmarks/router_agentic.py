@@ -32,6 +32,8 @@ from typing import Any, Sequence
 
 import aiohttp
 
+from benchmarks.harness.cli_args import positive_int
+
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 SIZES = {"4k": 4096, "32k": 32768}
 DISTINCT = 16          # distinct single prompts, cycled
@@ -287,7 +289,7 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--agentic", nargs="*", default=None, metavar="WORKLOAD",
                     help="also measure agentic sizes: any of 4k 32k multiturn (no names: all three)")
     ap.add_argument("--agentic-only", action="store_true", help="skip the tiny-prompt grid")
-    ap.add_argument("--agentic-concurrency", type=int, default=64, help="closed-loop clients for rps")
+    ap.add_argument("--agentic-concurrency", type=positive_int, default=64, help="closed-loop clients for rps")
     ap.add_argument("--agentic-tp-s", type=float, default=None, help="per throughput cell (default 4, quick 2)")
 
 

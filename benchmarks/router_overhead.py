@@ -52,9 +52,10 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.harness.cli_args import positive_float, positive_int  # noqa: E402
 from benchmarks.harness.servers import SglangCpuStack, wait_all_healthy  # noqa: E402
 from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port  # noqa: E402
-import router_agentic  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchmarks import router_agentic  # noqa: E402  (as a script or as ``python -m benchmarks.router_overhead``)
 
 STACK_DIR = REPO / ".sglang-cpu"
 MODES = ("nonstream", "stream")
@@ -445,15 +446,15 @@ def sglang_router_version() -> str | None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and repeats (~1.5 min)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--concurrency", type=int, default=100, help="closed-loop clients for latency")
-    ap.add_argument("--tp-concurrency", type=int, default=256, help="closed-loop clients for max rps")
-    ap.add_argument("--requests", type=int, default=None,
+    ap.add_argument("--workers", type=positive_int, default=2)
+    ap.add_argument("--concurrency", type=positive_int, default=100, help="closed-loop clients for latency")
+    ap.add_argument("--tp-concurrency", type=positive_int, default=256, help="closed-loop clients for max rps")
+    ap.add_argument("--requests", type=positive_int, default=None,
                     help="requests per latency@C cell (default 1500, quick 400)")
-    ap.add_argument("--repeats", type=int, default=None, help="default 3, quick 2")
-    ap.add_argument("--tp-seconds", type=float, default=None, help="per throughput cell (default 4, quick 2)")
-    ap.add_argument("--max-new-tokens", type=int, default=16)
-    ap.add_argument("--time-scale", type=float, default=100.0, help="emulated seconds per real second")
+    ap.add_argument("--repeats", type=positive_int, default=None, help="default 3, quick 2")
+    ap.add_argument("--tp-seconds", type=positive_float, default=None, help="per throughput cell (default 4, quick 2)")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=16)
+    ap.add_argument("--time-scale", type=positive_float, default=100.0, help="emulated seconds per real second")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-sglang-router", action="store_true")
     ap.add_argument("--baseline-src", type=Path, default=None,

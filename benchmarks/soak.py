@@ -29,6 +29,7 @@ import httpx  # noqa: E402
 from pearl_sglang.control.cluster_config import ClusterConfig  # noqa: E402
 from pearl_sglang.core.state import Activity, Zone  # noqa: E402
 from pearl_sglang.router.state import ROUTER  # noqa: E402
+from benchmarks.harness.cli_args import positive_float, positive_int  # noqa: E402
 from benchmarks.harness.cluster import TINY_PROFILE, running_cluster  # noqa: E402
 
 
@@ -176,10 +177,10 @@ async def exact_sample(outcomes: list, counts: Counts, model: Path, rng: random.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 events, 1,000 requests (CI)")
-    parser.add_argument("--events", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=10000)
+    parser.add_argument("--events", type=positive_int, default=1000)
+    parser.add_argument("--requests", type=positive_int, default=10000)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--time-scale", type=float, default=50.0)
+    parser.add_argument("--time-scale", type=positive_float, default=50.0)
     args = parser.parse_args()
     n_events, n_requests = (100, 1000) if args.quick else (args.events, args.requests)
     counts = asyncio.run(run(n_events, n_requests, args.seed, args.time_scale))
