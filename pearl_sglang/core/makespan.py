@@ -48,7 +48,8 @@ class Constraints:
     rho_max: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.rho_max, (int, float)) and math.isfinite(self.rho_max) and self.rho_max > 0):
+        if not (isinstance(self.rho_max, (int, float)) and not isinstance(self.rho_max, bool)
+                and math.isfinite(self.rho_max) and self.rho_max > 0):
             raise InvalidConfig(f"rho_max must be a positive number, got {self.rho_max!r}", key="rho_max")
 
 

@@ -119,7 +119,7 @@ class WorkerRecord:
                 pending_role=Role(pending) if pending is not None else None,
                 weight_version=_opt_str(data.get("weight_version"), "weight_version"),
                 endpoint=_opt_str(data.get("endpoint"), "endpoint"),
-                bootstrap_port=_opt_int(data.get("bootstrap_port"), "bootstrap_port"),
+                bootstrap_port=_port(_opt_int(data.get("bootstrap_port"), "bootstrap_port")),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, InvalidSnapshot):
@@ -137,6 +137,18 @@ def _list(v: Any, key: str) -> list[Any]:
 def _int(v: Any, key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise InvalidSnapshot(f"{key} must be an integer, got {v!r}", key=key)
+    return v
+
+
+def _non_negative(v: int, key: str) -> int:
+    if v < 0:
+        raise InvalidSnapshot(f"{key} must be >= 0, got {v}", key=key)
+    return v
+
+
+def _port(v: int | None) -> int | None:
+    if v is not None and not 0 < v <= 65535:
+        raise InvalidSnapshot(f"bootstrap_port must be in [1, 65535], got {v}", key="bootstrap_port")
     return v
 
 
@@ -313,7 +325,7 @@ class StateTable:
                                        for g in _list(data.get("overlap_gpus", ()), "overlap_gpus")),
                 overlap_owner=OverlapOwner(data.get("overlap_owner", OverlapOwner.TRAINING.value)),
                 workers=tuple(WorkerRecord.from_dict(w) for w in _list(data.get("workers", ()), "workers")),
-                revision=_int(data.get("revision", 0), "revision"),
+                revision=_non_negative(_int(data.get("revision", 0), "revision"), "revision"),
             )
         except InvalidSnapshot:
             raise

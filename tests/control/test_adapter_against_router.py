@@ -48,19 +48,22 @@ async def test_a_training_step_whose_begin_timed_out_leaves_no_step_open(tiny_mo
             await pearl.train_begin(0)
             await pearl.train_finished(0)
             await c.settle()
-            busy = [asyncio.ensure_future(c.generate([i, 2, 3], n=400)) for i in range(8)]
-            await asyncio.sleep(0.3)  # the borrowed workers drain for a while at train_begin
-            hasty = AsyncPearlClient(config=replace(pearl.config, wait_timeout_s=0.05))
+            hasty = AsyncPearlClient(config=replace(pearl.config, wait_timeout_s=0.2))
             try:
+                # A reconfiguration holds the control plane: the begin waits past the client's
+                # timeout and runs after it, as a long drain of borrowed workers would.
+                async with c.control.lock:
+                    step = asyncio.ensure_future(hasty.training_step(1).__aenter__())
+                    await asyncio.sleep(0.5)
                 with pytest.raises(PearlTimeout):
-                    async with hasty.training_step(1):
-                        pytest.fail("the body must not run")
+                    await step
             finally:
                 await hasty.aclose()
-            assert not (await pearl.state())["control"]["training"]
+            control = (await pearl.state())["control"]
+            assert control["last_step"] == {"begin": 1, "finished": 1}  # begun after the timeout, then closed
+            assert not control["training"]
             async with pearl.training_step(2):
                 assert c.table.training_owns_overlap
-            assert all(o["meta_info"]["completion_tokens"] == 400 for o in await asyncio.gather(*busy))
 
 
 async def test_weight_push_during_a_toggle_reaches_the_borrowed_workers(tiny_model_dir, tiny_model_variant_dir):

@@ -256,6 +256,7 @@ def test_gate_inputs_are_validated(gate, key, capsys):
     ({**PROFILE, "B": 10**400, "N": 6}, "too large"),  # OverflowError
     ("[" * 100_000 + "]" * 100_000, "not valid JSON"),  # RecursionError
     ('{"B": ' + "9" * 5000 + "}", "not valid JSON"),  # past Python's 4300-digit limit
+    ({**PROFILE, "N": 6, "rho_max": True}, "rho_max"),
 ])
 def test_input_no_decision_can_use_is_a_one_line_error(payload, message, capsys):
     code, out, err = _run(payload, capsys=capsys)
@@ -268,6 +269,9 @@ def test_a_plan_to_no_worker_or_over_a_malformed_table_is_an_error(capsys):
     assert code == 2 and "'target'" in err  # was a plan removing every worker, exit 0
     code, _, err = _run({**PROFILE, "table": {**table, "workers": "x"}}, "--plan", capsys=capsys)
     assert code == 2 and "workers must be a list" in err  # was an AttributeError traceback
+    for bad, key in (({"revision": -1}, "revision"), ({"overlap_gpus": {"a": 1}}, "overlap_gpus")):
+        code, _, err = _run({**PROFILE, "table": {**table, **bad}}, "--plan", capsys=capsys)
+        assert code == 2 and key in err
 
 
 def test_input_that_is_not_utf8_and_a_huge_indent_are_errors(tmp_path, capsys):
