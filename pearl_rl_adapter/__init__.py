@@ -18,8 +18,8 @@ from pearl_rl_adapter.telemetry import (EXPECTED_TURNS_HEADER, TRAJECTORY_HEADER
 
 __all__ = [
     "AsyncPearlClient", "ClientConfig", "DistributedWeights", "EXPECTED_TURNS_HEADER", "Generated", "GpusJoined",
-    "GpusLeft", "PearlAuthError", "PearlClient", "PearlClientClosed", "PearlConflict", "PearlError", "PearlProtocolError", "PearlRejected",
-    "PearlTimeout", "PearlUnavailable", "RolloutClient", "TRAJECTORY_HEADER", "TURN_HEADER", "TrainBegun",
-    "TrainFinished", "Trajectory", "TurnCounter", "WeightGroup", "WeightGroupDestroyed", "WeightGroupMember",
-    "WeightsUpdated", "tag_headers",
+    "GpusLeft", "PearlAuthError", "PearlClient", "PearlClientClosed", "PearlConflict", "PearlError",
+    "PearlProtocolError", "PearlRejected", "PearlTimeout", "PearlUnavailable", "RolloutClient", "TRAJECTORY_HEADER",
+    "TURN_HEADER", "TrainBegun", "TrainFinished", "Trajectory", "TurnCounter", "WeightGroup",
+    "WeightGroupDestroyed", "WeightGroupMember", "WeightsUpdated", "tag_headers",
 ]

@@ -113,9 +113,9 @@ class PearlClient:
         """Bracket one update: ``train_begin`` before (the body does not run if it
         fails; if it timed out, PEARL may still begin the step, so ``train_finished``
         closes it before the timeout propagates), ``train_finished`` after, also when the
-        body raises; then the body's error propagates unchanged. ``remaining``: asked when the update ends, the
-        rollout's trajectories still running then (``train_finished``'s
-        ``remaining_trajectories``)."""
+        body raises; then the body's error propagates unchanged. ``remaining``: asked
+        when the update ends, the rollout's trajectories still running then
+        (``train_finished``'s ``remaining_trajectories``)."""
         try:
             begun = self.train_begin(step, deadline_s=deadline_s)
         except PearlTimeout as begin_error:

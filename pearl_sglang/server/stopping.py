@@ -6,8 +6,9 @@ still running then are aborted as a client's abort would be: each answers with i
 so far and finish reason ``abort``, and a trainer resubmits prompt + partial output as it
 does after ``/pause_generation``. While generation is paused by ``/pause_generation`` there
 is no grace: the requests it holds cannot run before the router is gone (no
-``/continue_generation`` can arrive any more), so they answer ``abort`` at once. Worker registrations still waiting for their worker are
-cancelled at once (a legacy ``/add_worker`` answers 503). Only then does aiohttp close
+``/continue_generation`` can arrive any more), so they answer ``abort`` at once. Worker
+registrations still waiting for their worker are cancelled at once (a legacy
+``/add_worker`` answers 503). Only then does aiohttp close
 what is left, within the runner's ``close_s``. A proxied OpenAI request its worker knows
 by other rids (``n > 1``, a batch under one rid) has no output to keep: the router stops
 it and answers 499 ``request_aborted`` (``passthrough.abortable``).

@@ -19,7 +19,8 @@ from pearl_sglang.emulator.profile import PROFILE_DIR, ProfileError, load_profil
 @pytest.mark.parametrize("flags", [
     ["--time-scale", "nan"], ["--time-scale", "inf"], ["--pd-timeout", "nan"], ["--health-timeout", "-1"],
     ["--cold-start", "inf"], ["--cold-start", "nan"], ["--cold-start", "-5"], ["--tp-size", "0"], ["--dp-size", "0"],
-    ["--port", "70000"], ["--port", "-1"], ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "-1"],
+    ["--port", "70000"], ["--port", "-1"],
+    ["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "-1"],
     ["--host", "999.1.1.1", "--port", "0"],
 ])
 def test_a_bad_flag_is_a_one_line_error(flags, capsys):
