@@ -74,10 +74,6 @@ def _port(value: int) -> int:
     return value
 
 
-def _optional_text(value: str | None, name: str) -> str | None:
-    return None if value is None else _text(value, name)
-
-
 def _count(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
