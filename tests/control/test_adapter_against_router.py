@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -41,13 +42,8 @@ async def test_train_begin_blocks_until_borrowed_gpus_are_returned(tiny_model_di
 async def test_a_training_step_whose_begin_timed_out_leaves_no_step_open(tiny_model_dir):
     # Found by fuzzing the adapter: the router went on with the timed-out train_begin and
     # every later training_step was refused with 409 (step still training).
-    from dataclasses import replace
-
     async with running_cluster(cluster_config(tiny_model_dir, time_scale=2)) as c:
         async with AsyncPearlClient(c.url, admin_token=TOKEN) as pearl:
-            await pearl.train_begin(0)
-            await pearl.train_finished(0)
-            await c.settle()
             hasty = AsyncPearlClient(config=replace(pearl.config, wait_timeout_s=0.2))
             try:
                 # A reconfiguration holds the control plane: the begin waits past the client's
