@@ -119,7 +119,7 @@ class WorkerRecord:
                 pending_role=Role(pending) if pending is not None else None,
                 weight_version=_opt_str(data.get("weight_version"), "weight_version"),
                 endpoint=_opt_str(data.get("endpoint"), "endpoint"),
-                bootstrap_port=_port(_opt_int(data.get("bootstrap_port"), "bootstrap_port")),
+                bootstrap_port=_bootstrap_port(_opt_int(data.get("bootstrap_port"), "bootstrap_port")),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, InvalidSnapshot):
@@ -146,7 +146,7 @@ def _non_negative(v: int, key: str) -> int:
     return v
 
 
-def _port(v: int | None) -> int | None:
+def _bootstrap_port(v: int | None) -> int | None:
     if v is not None and not 0 < v <= 65535:
         raise InvalidSnapshot(f"bootstrap_port must be in [1, 65535], got {v}", key="bootstrap_port")
     return v

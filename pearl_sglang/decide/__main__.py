@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         print(f"error: invalid input: {e}", file=sys.stderr)
         return 2
-    except (OverflowError, ValueError) as e:  # a float past 1e308, or a prediction that is
+    except (OverflowError, ValueError) as e:  # an int past a float's range, or a prediction that overflows
         print(f"error: invalid input: a value is too large for the model ({e})", file=sys.stderr)
         return 2
     sys.stdout.write(out + "\n")

@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass, fields
 
 from pearl_sglang.emulator.profile import load_profile
-
 from pearl_sglang.workload.presets import DEFAULT_PRESET, available_presets, load_preset
 
 SYSTEMS = ("pearl", "rlboost", "roll")
