@@ -31,7 +31,7 @@ class LoopSession:
         loop = asyncio.get_running_loop()
         with self._lock:
             if self.closed:
-                raise PearlClientClosed(f"{self._owner} is closed", endpoint=None)
+                raise PearlClientClosed(f"{self._owner} is closed")
             session = self._sessions.get(loop)
             if session is None or session.closed:
                 for gone in [other for other in self._sessions if other.is_closed()]:

@@ -21,6 +21,7 @@ from pearl_rl_adapter.aio import exchange
 from pearl_rl_adapter.config import ClientConfig, is_seconds
 from pearl_rl_adapter.errors import PearlTimeout
 
+PATH = "/abort_request"
 # One abort round answers at once; a slow one should not use up the whole budget.
 ROUND_TIMEOUT_S = 30.0
 
@@ -56,14 +57,13 @@ async def abort_through_router(router_url: str, *, rids: Iterable[str] | None = 
             left = []
             for body in bodies:
                 budget = deadline - loop.time()
-                call = protocol.Call("POST", "/abort_request", body, max(min(ROUND_TIMEOUT_S, budget), 0.001),
-                                     _aborted, admin=False)
                 if budget <= 0:
-                    raise _spent(call, timeout_s)
+                    raise _spent(timeout_s)
+                call = protocol.Call("POST", PATH, body, min(ROUND_TIMEOUT_S, budget), _aborted, admin=False)
                 try:
                     aborted = protocol.decode(call, *await exchange(session, cfg, call))
                 except PearlTimeout as e:
-                    raise _spent(call, timeout_s) if loop.time() >= deadline else e
+                    raise _spent(timeout_s) if loop.time() >= deadline else e
                 seen.update(aborted)
                 if aborted:
                     left.append(body)
@@ -73,6 +73,6 @@ async def abort_through_router(router_url: str, *, rids: Iterable[str] | None = 
     return len(seen)
 
 
-def _spent(call: protocol.Call[Any], timeout_s: float) -> PearlTimeout:
+def _spent(timeout_s: float) -> PearlTimeout:
     return PearlTimeout(f"requests were still in flight at PEARL after {timeout_s:g}s of aborts",
-                        endpoint=call.endpoint)
+                        endpoint=f"POST {PATH}")
