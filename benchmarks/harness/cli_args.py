@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
+
+from pearl_sglang.router.config import finite_float
 
 
 def positive_int(text: str) -> int:
@@ -14,8 +15,8 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
-    if not 0 < value < math.inf:
+    value = finite_float(text)
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
 
