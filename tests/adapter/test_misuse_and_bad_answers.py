@@ -5,6 +5,7 @@ after it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -96,7 +97,6 @@ def test_redirects_are_answers_that_are_not_followed(send):
 def test_a_generate_answer_that_is_not_a_generation_is_a_protocol_error(answer):
     # {...} without output ids was taken as an empty generation: the turn was lost silently.
     call = protocol.Call("POST", "/generate", {}, 1.0, parse_generate, admin=False)
-    import json
     with pytest.raises(PearlProtocolError):
         protocol.decode(call, 200, json.dumps(answer).encode())
 
