@@ -57,9 +57,10 @@ class OnceByRequestId:
         return {**(await asyncio.shield(future)), "duplicate": False}
 
     def _forget(self, key: tuple[str, str], done: asyncio.Future, *, always: bool = False) -> None:
-        """A call that failed (or any, with ``always``) is forgotten so its retry acts. A caller that stopped waiting
-        (its HTTP deadline passed, the client left) is not a failure: the call goes on, and
-        a retry with the same id waits for it instead of acting a second time."""
+        """A call that failed (or any, with ``always``) is forgotten so its retry acts. A
+        caller that stopped waiting (its HTTP deadline passed, the client left) is not a
+        failure: the call goes on, and a retry with the same id waits for it instead of
+        acting a second time."""
         failed = done.cancelled() or done.exception() is not None
         if (always or failed) and self._answers.get(key, (None, None))[1] is done:
             del self._answers[key]

@@ -142,8 +142,8 @@ class WeightsUpdated:
 
 
 Event = Union[GpusJoin, GpusLeave, TrainBegin, TrainFinished, BeginPlan, WorkerReady, RoleSwitched,
-              SwitchAbandoned, ActivationAbandoned, WorkerLeft, WorkerLost, WeightsUpdated, WorkerRegistered, WorkerUnregistering,
-              WorkerUnregistered]
+              SwitchAbandoned, ActivationAbandoned, WorkerLeft, WorkerLost, WeightsUpdated, WorkerRegistered,
+              WorkerUnregistering, WorkerUnregistered]
 
 
 # Events that can take workers out of routing.  Admissions are deliberately not here: a
