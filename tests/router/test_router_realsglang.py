@@ -214,6 +214,25 @@ async def test_openai_stream_is_in_flight_drained_and_aborted_by_rid(real):
     assert events[-1] == "[DONE]"
 
 
+def _shapes(events):
+    """A stream's event shapes in order, a run of same-shaped events counted once: how many
+    tokens each chunk carries depends on timing (SGLang merges tokens into one chunk when
+    its detokenizer falls behind; a CI run saw one more content event through the router),
+    the kinds of events and their order do not."""
+    out = []
+    for shape in map(_keys, events):
+        if not out or out[-1] != shape:
+            out.append(shape)
+    return out
+
+
+def _streamed(events):
+    """What a stream said, however it was chunked: its text and its finish reasons."""
+    choices = [e["choices"][0] for e in events if isinstance(e, dict) and e.get("choices")]
+    text = "".join((c.get("delta") or {}).get("content") or c.get("text") or "" for c in choices)
+    return text, [c["finish_reason"] for c in choices if c.get("finish_reason")]
+
+
 def _keys(obj):
     """An answer's shape: its keys, nested, with the first element of each list. Cached
     prompt tokens are left out: the router reports them, SGLang only with
@@ -237,5 +256,5 @@ async def test_openai_answers_rendered_by_the_router_have_sglangs_shape(real):
             assert _keys(routed) == _keys(direct), path
             assert routed["choices"] == direct["choices"], path
             direct, routed = [await _sse(base + path, {**body, **streamed}) for base in (worker.url, url)]
-            assert [_keys(e) for e in routed] == [_keys(e) for e in direct], path
-            assert [e["choices"] for e in routed[:-1]] == [e["choices"] for e in direct[:-1]], path
+            assert _shapes(routed) == _shapes(direct), path
+            assert _streamed(routed) == _streamed(direct), path
