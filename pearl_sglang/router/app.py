@@ -25,6 +25,7 @@ from pearl_sglang.router.client_watch import ClientWatch
 from pearl_sglang.router.config import RouterConfig
 from pearl_sglang.router.connections import ConnectionGuard
 from pearl_sglang.router.dispatch import Completed, Dispatcher
+from pearl_sglang.router.generate_lane import GenerateLane
 from pearl_sglang.router.health import CircuitBreakers, probe_loop
 from pearl_sglang.router.inflight import InFlightRegistry
 from pearl_sglang.router.load import LoadModel
@@ -175,6 +176,14 @@ def build_router(config: RouterConfig, store: StateStore, *, access: Callable[[w
                                      api_key=config.security.api_key, access=access)])
     app[ROUTER] = st
     rates = _ProfileRates(st)
+    if config.generate_lane:
+        lane = GenerateLane(st)
+        st.connections.lane = lane
+
+        async def stop_lane(app: web.Application) -> None:
+            await lane.shutdown()
+
+        app.on_shutdown.append(stop_lane)
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         block_keys.warm()

@@ -115,6 +115,9 @@ class RouterConfig:
     # A straggler's second of delay over another request's own (the isolation cost term).
     straggler_isolation_weight: float = IsolationConfig.weight
     straggler_home_margin: float = IsolationConfig.home_margin
+    # Plain non-streaming /generate turns are read and answered by the router's own HTTP
+    # path (router.generate_lane) rather than aiohttp's server; off: aiohttp serves all.
+    generate_lane: bool = True
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
@@ -213,6 +216,9 @@ class RouterConfig:
         parser.add_argument("--straggler-share", type=finite_float, default=0.1,
                             help="share of running trajectories /pearl/state names as predicted "
                                  "stragglers (expected to finish last)")
+        parser.add_argument("--no-generate-lane", dest="generate_lane", action="store_false",
+                            help="serve every request through aiohttp's server, plain /generate "
+                                 "turns too (by default the router's own HTTP path answers them)")
         parser.add_argument("--straggler-priority", action="store_true",
                             help="send predicted stragglers' turns with priority 1 (others 0) to "
                                  "workers launched with --enable-priority-scheduling, and release "
@@ -265,5 +271,5 @@ class RouterConfig:
             straggler_isolation=args.straggler_isolation, straggler_tail_share=args.straggler_tail_share,
             straggler_isolation_scope=args.straggler_isolation_scope,
             straggler_isolation_weight=args.straggler_isolation_weight,
-            straggler_home_margin=args.straggler_home_margin,
+            straggler_home_margin=args.straggler_home_margin, generate_lane=args.generate_lane,
         )

@@ -10,8 +10,9 @@ service away from everyone else.
   EMFILE (where asyncio stops accepting and logs a traceback per attempt).
 
 Past a cap the connection is answered a 503 and closed at once: the peer learns why, and
-its descriptor is free again. The guard wraps aiohttp's per-connection protocol; aiohttp
-itself is unchanged.
+its descriptor is free again. An admitted connection is read by the ``/generate`` lane
+first (``generate_lane``), which hands it to aiohttp's per-connection protocol for
+anything but a plain rollout turn; aiohttp itself is unchanged.
 
 A malformed HTTP message (a bad header byte, a non-numeric Content-Length) is answered 400
 by aiohttp, which also logs a traceback at ERROR for it; a peer could fill the log that
@@ -23,7 +24,7 @@ import asyncio
 import logging
 import resource
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
@@ -103,6 +104,17 @@ def _refusal(message: str) -> bytes:
             b"Retry-After: 1\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+class Lane(Protocol):
+    """The ``/generate`` lane (``generate_lane.GenerateLane``) in front of aiohttp."""
+
+    stopping: bool
+
+    def door(self, transport: asyncio.Transport, client: str, *, hand_over: Callable[[bytes], None],
+             started: Callable[[], None]) -> Any: ...
+
+    def stop_taking(self) -> None: ...
+
+
 class ConnectionGuard:
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
@@ -111,6 +123,7 @@ class ConnectionGuard:
         self.total = 0
         self.refused = 0
         self.timed_out = 0
+        self.lane: Lane | None = None  # reads each connection first (set by build_router)
         self._open: dict[int, "_Guarded"] = {}  # by id() of aiohttp's protocol
 
     def request_started(self, protocol: object) -> None:
@@ -120,14 +133,19 @@ class ConnectionGuard:
             guarded.started = True
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _Guarded(self, inner())
+        return lambda: _Guarded(self, inner)
 
 
 class _Guarded(asyncio.Protocol):
-    """Delegates to aiohttp's protocol after admitting the connection."""
+    """Admits the connection, then lets the lane read it; aiohttp's protocol (made by
+    ``make_inner``) takes over when the lane hands the connection on, or at once without
+    a lane."""
 
-    def __init__(self, guard: ConnectionGuard, inner: Any) -> None:
-        self.guard, self.inner = guard, inner
+    def __init__(self, guard: ConnectionGuard, make_inner: Callable[[], asyncio.Protocol]) -> None:
+        self.guard, self.make_inner = guard, make_inner
+        self.inner: Any = None
+        self.door: Any = None
+        self.transport: asyncio.Transport | None = None
         self.client: str | None = None
         self.deadline: asyncio.TimerHandle | None = None
         self.started = False
@@ -147,15 +165,31 @@ class _Guarded(asyncio.Protocol):
                 log.warning("refusing connections: %s (%d refused so far)", reason, g.refused)
             transport.write(_refusal(reason))
             transport.close()
-            self.inner = None
             return
         self.client = client
+        self.transport = transport  # type: ignore[assignment]
         g.total += 1
         g.per_client[client] = g.per_client.get(client, 0) + 1
-        g._open[id(self.inner)] = self  # noqa: SLF001 - the guard's own table
         self.deadline = asyncio.get_running_loop().call_later(g.limits.header_timeout_s, self._header_deadline,
                                                                transport)
-        self.inner.connection_made(transport)
+        if g.lane is not None and not g.lane.stopping:
+            self.door = g.lane.door(self.transport, client, hand_over=self._hand_over, started=self._started)
+        else:
+            self._open_inner()
+
+    def _open_inner(self) -> None:
+        self.inner = self.make_inner()
+        self.guard._open[id(self.inner)] = self  # noqa: SLF001 - the guard's own table
+        self.inner.connection_made(self.transport)
+
+    def _hand_over(self, data: bytes) -> None:
+        self.door = None
+        self._open_inner()
+        if data:
+            self.inner.data_received(data)
+
+    def _started(self) -> None:
+        self.started = True
 
     def _header_deadline(self, transport: asyncio.BaseTransport) -> None:
         if not self.started:
@@ -163,32 +197,41 @@ class _Guarded(asyncio.Protocol):
             transport.close()
 
     def data_received(self, data: bytes) -> None:
-        if self.inner is not None:
+        if self.door is not None:
+            self.door.feed(data)
+        elif self.inner is not None:
             self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received() if self.inner is not None else None
 
     def pause_writing(self) -> None:
-        if self.inner is not None:
+        if self.door is not None:
+            self.door.pause_writing()
+        elif self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self.inner is not None:
+        if self.door is not None:
+            self.door.resume_writing()
+        elif self.inner is not None:
             self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.inner is None:
+        if self.transport is None:  # refused
             return
         g = self.guard
         if self.deadline is not None:
             self.deadline.cancel()
-        g._open.pop(id(self.inner), None)  # noqa: SLF001
         g.total -= 1
         g.per_client[self.client] -= 1
         if not g.per_client[self.client]:
             del g.per_client[self.client]
-        self.inner.connection_lost(exc)
+        if self.door is not None:
+            self.door.lost()
+        if self.inner is not None:
+            g._open.pop(id(self.inner), None)  # noqa: SLF001
+            self.inner.connection_lost(exc)
 
 
 class GuardedTCPSite(web.TCPSite):

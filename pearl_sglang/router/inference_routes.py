@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 from dataclasses import replace
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, NamedTuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, NamedTuple, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -37,14 +37,15 @@ TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 TURN_HEADER = "X-Pearl-Turn"
 EXPECTED_TURNS_HEADER = "X-Pearl-Expected-Turns"
 log = logging.getLogger("pearl.router")
+Sink = TypeVar("Sink", bound="EventSink")
 
 
-class _StreamSlot:
-    """Counts concurrent streams per client (``limit_max_streams_per_client``)."""
+class StreamSlot:
+    """Counts concurrent streams per client address (``limit_max_streams_per_client``)."""
 
-    def __init__(self, st: RouterState, request: web.Request) -> None:
+    def __init__(self, st: RouterState, client: str | None) -> None:
         self.st = st
-        self.client = request.remote or "unknown"
+        self.client = client or "unknown"
 
     def __enter__(self) -> None:
         counts = self.st.streams_by_client
@@ -69,7 +70,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     runs = start_runs(st, call, trajectory_headers(request.headers, batch=call.is_batch))
     try:
         if call.stream:
-            with _StreamSlot(st, request):
+            with StreamSlot(st, request.remote):
                 return await _stream(request, runs, call.is_batch)
         with st.client_watch.watching(request):
             answer = await unstreamed_answer(runs, call.is_batch)
@@ -166,10 +167,39 @@ async def _last(run: AsyncIterator[dict[str, Any]]) -> dict[str, Any]:
     return last
 
 
+class EventSink(Protocol):
+    """Where a stream's events go once its head is sent (an aiohttp response, or the
+    ``/generate`` lane's connection); ``write`` waits while the client's buffer is full."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    async def write_eof(self, data: bytes = b"") -> None: ...
+
+
 async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]],
                   is_batch: bool, render: Callable[[int, dict[str, Any]], bytes] | None = None) -> web.StreamResponse:
+    resp = _SseResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
+
+    async def start() -> web.StreamResponse:
+        await resp.prepare(request)
+        return resp
+
+    try:
+        return await stream_events(start, runs, is_batch, render)
+    except ConnectionResetError:
+        if not resp.prepared:
+            raise
+        # The client left mid-stream: a normal event. The runs are closed by now, which
+        # aborted the requests at their workers.
+        log.info("client %s left a /generate stream", request.remote)
+        return resp
+
+
+async def stream_events(start: Callable[[], Awaitable[Sink]], runs: list[AsyncIterator[dict[str, Any]]],
+                        is_batch: bool, render: Callable[[int, dict[str, Any]], bytes] | None = None) -> Sink:
     """Interleave the items' cumulative chunks as SSE; batch chunks carry ``index``.
-    ``render`` turns an item's newest cumulative chunk into the bytes to send."""
+    ``render`` turns an item's newest cumulative chunk into the bytes to send. ``start``
+    sends the 200 head once the first chunk is there (a rejection before it is raised)."""
     first = [asyncio.ensure_future(r.__anext__()) for r in runs]
     # Surface a rejection before committing to a 200 stream.
     done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
@@ -179,8 +209,12 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
             for t in first:
                 t.cancel()
             raise exc
-    resp = _SseResponse(headers={"Content-Type": SSE_CONTENT_TYPE, "Cache-Control": "no-cache"})
-    await resp.prepare(request)
+    try:
+        resp = await start()
+    except BaseException:
+        for t in first:
+            t.cancel()
+        raise
     # Chunks are cumulative, so only each item's newest one matters: a client that reads
     # slowly gets fewer, newer chunks (nothing is lost, the last one is whole), and the
     # router holds at most one unsent chunk per item however slowly the client reads.
@@ -235,11 +269,7 @@ async def _stream(request: web.Request, runs: list[AsyncIterator[dict[str, Any]]
                 break
             if out:
                 await resp.write(b"".join(out))  # waits while the client's buffer is full
-    except ConnectionResetError:
-        # The client left mid-stream: a normal event. Cancelling the pumps closes the runs,
-        # which abort the requests at their workers.
-        log.info("client %s left a /generate stream", request.remote)
-    finally:
+    finally:  # cancelling the pumps closes the runs, which abort the requests at their workers
         for p in pumps:
             p.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
@@ -293,7 +323,7 @@ async def openai_proxy(request: web.Request) -> web.StreamResponse:
         return proxy_with_retries(request, st, key, trajectory, body, entries, answer)
     try:
         if call.stream:
-            with _StreamSlot(st, request):
+            with StreamSlot(st, request.remote):
                 return await (proxy() if known else abortable(request, entries, proxy))
         with st.client_watch.watching(request):
             return await (proxy() if known else abortable(request, entries, proxy))
@@ -335,7 +365,7 @@ async def _openai_generate(request: web.Request, st: RouterState, body: dict[str
     if stream:
         def render(index: int, chunk: dict[str, Any]) -> bytes:
             return b"".join(b"data: " + fastjson.dumps(e) + b"\n\n" for e in renderer.chunks(chunk, index))
-        with _StreamSlot(st, request):
+        with StreamSlot(st, request.remote):
             return await _stream(request, runs, False, render)
     with st.client_watch.watching(request):
         lasts = await unstreamed_answer(runs, is_batch=True)

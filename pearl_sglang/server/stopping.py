@@ -37,6 +37,8 @@ async def stop_serving(runner: web.AppRunner, grace_s: float) -> None:
         await site.stop()
     if runner.server is not None:
         runner.server.pre_shutdown()
+    if st.connections is not None and st.connections.lane is not None:
+        st.connections.lane.stop_taking()  # its keep-alive connections too close after their answer
     if WORKER_API in app:  # a worker added now would serve nobody
         app[WORKER_API].cancel_all()
     loop = asyncio.get_running_loop()

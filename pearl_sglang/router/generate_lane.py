@@ -1,0 +1,353 @@
+"""``POST /generate``'s own HTTP/1.1 path, in front of aiohttp's server.
+
+A rollout turn is one small POST whose answer is one JSON document (or a stream of SSE
+events). Through aiohttp's server that cost ~150 us of CPU per request (a request
+object, header multidicts, three middlewares, a response object): more than routing the
+turn. Here the router reads each connection's bytes first. A whole, plain turn
+(``POST``/``PUT /generate`` over HTTP/1.1 with a ``Content-Length`` JSON body within the
+limit, and the API key when one is set) is answered here by the same functions as
+aiohttp's handler (``parse_generate``, ``start_runs``, ``unstreamed_answer`` or
+``stream_events``, the errors table, the same metrics). Anything else (another path, a
+chunked or compressed body, ``Expect``, a wrong key, a body over the limit, a malformed
+head) hands the connection, with every byte not yet answered, to aiohttp, which serves it
+and the rest of that connection as before.
+
+A client that hangs up while its turn runs cancels it at once (the dispatcher aborts it
+at its worker). While the router stops, idle connections close, busy ones close after
+their answer, and ``shutdown`` waits for the answers still being written.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from aiohttp.http import SERVER_SOFTWARE
+from multidict import CIMultiDict
+
+from pearl_sglang import fastjson
+from pearl_sglang.router.answers import Answer
+from pearl_sglang.router.errors import RequestTimeout
+from pearl_sglang.router.generate_request import parse_generate
+from pearl_sglang.router.inference_routes import (StreamSlot, start_runs, stream_events, trajectory_headers,
+                                                  unstreamed_answer)
+from pearl_sglang.router.middleware import error_answer, generate_json, inference_allowed
+from pearl_sglang.router.passthrough import SSE_CONTENT_TYPE
+
+if TYPE_CHECKING:
+    from pearl_sglang.router.state import RouterState
+
+log = logging.getLogger("pearl.router")
+
+CLOSE_S = 5.0  # how long a stop waits for answers still being written
+MAX_HEAD = 8190  # longer heads go to aiohttp (its own line limit answers them)
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_ROUTE = "/generate"  # the metrics' endpoint label, as aiohttp's route names it
+_NOT_PLAIN = ("Transfer-Encoding", "Content-Encoding", "Expect", "Upgrade")
+_SERVER = SERVER_SOFTWARE.encode()
+
+
+class Head(NamedTuple):
+    method: bytes
+    target: bytes
+    headers: CIMultiDict[str]
+
+
+def parse_head(head: bytes) -> Head | None:
+    """An HTTP/1.1 request head (without its blank line), or None when it is anything the
+    lane leaves to aiohttp: another version, an odd request line, a header that is not
+    ``token: value``."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1":
+        return None
+    headers: CIMultiDict[str] = CIMultiDict()
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            return None
+        headers.add(name.decode("ascii"), value.strip(b" \t").decode("utf-8", "surrogateescape"))
+    return Head(parts[0], parts[1], headers)
+
+
+class _Date:
+    """The ``Date`` header, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def __call__(self, now: float) -> bytes:
+        second = int(now)
+        if second != self._second:
+            self._second, self._value = second, formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+class GenerateLane:
+    """One router's lane: which requests it takes, and its connections (for stopping)."""
+
+    def __init__(self, st: "RouterState") -> None:
+        self.st = st
+        self.doors: set[LaneDoor] = set()
+        self.stopping = False
+        self.answered = 0   # turns answered here (the rest went to aiohttp)
+        self.handed_over = 0
+        self._date = _Date()
+
+    def takes(self, head: Head) -> int | None:
+        """The body length of a plain turn, or None for aiohttp."""
+        if head.method not in (b"POST", b"PUT") or head.target != b"/generate" or self.stopping:
+            return None
+        h = head.headers
+        if any(name in h for name in _NOT_PLAIN):
+            return None
+        lengths = h.getall("Content-Length", ())
+        if len(lengths) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
+            return None
+        length = int(lengths[0])
+        if not 0 < length <= self.st.config.limits.max_body_bytes:
+            return None
+        if "json" not in h.get("Content-Type", "application/json"):
+            return None
+        if h.get("Connection", "keep-alive").lower() not in ("keep-alive", "close"):
+            return None
+        security = self.st.config.security
+        if security.api_key is not None and not inference_allowed(h, security.admin_token, security.api_key):
+            return None
+        return length
+
+    def head_bytes(self, status: int, fields: bytes, close: bool) -> bytes:
+        """The answer's head; ``fields``: its own header lines (each ending in CRLF)."""
+        return b"HTTP/1.1 %d %s\r\n%sDate: %s\r\nServer: %s\r\n%s\r\n" % (
+            status, HTTPStatus(status).phrase.encode(), fields, self._date(self.st.clock.epoch()), _SERVER,
+            b"Connection: close\r\n" if close else b"")
+
+    def door(self, transport: asyncio.Transport, client: str, *, hand_over: Callable[[bytes], None],
+             started: Callable[[], None]) -> "LaneDoor":
+        return LaneDoor(self, transport, client, hand_over=hand_over, started=started)
+
+    def stop_taking(self) -> None:
+        """The router stops: idle connections close now, busy ones after their answer."""
+        self.stopping = True
+        for door in list(self.doors):
+            door.stop()
+
+    async def shutdown(self, timeout_s: float = CLOSE_S) -> None:
+        """Stop taking turns, give those running ``timeout_s`` to write their answers (a
+        stopping router has aborted them by now: each answers its output so far), then
+        cancel the rest and close their connections."""
+        self.stop_taking()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.doors and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        for door in list(self.doors):
+            door.lost()
+            door.transport.close()
+
+
+class LaneDoor:
+    """One connection's reader: answers plain turns, or hands the connection to aiohttp
+    (``hand_over(bytes)``: from then on every byte goes there)."""
+
+    def __init__(self, lane: GenerateLane, transport: asyncio.Transport, client: str, *,
+                 hand_over: Callable[[bytes], None], started: Callable[[], None]) -> None:
+        self.lane = lane
+        self.transport = transport
+        self.client = client
+        self._hand_over = hand_over
+        self._started = started
+        self._buf = bytearray()
+        self._task: asyncio.Task | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._waiting: tuple[Head, int, int] | None = None  # a taken head: (head, body start, end)
+        self._close_after = False
+        self._status = 0  # the status of the answer under way, once its head is sent
+        self._writable: asyncio.Future | None = None  # while the client's buffer is full
+        self._reading_paused = False
+        self.done = False  # handed over or closed: the door reads no more
+        lane.doors.add(self)
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+        if self._task is None:
+            self._next()
+        elif not self._reading_paused and len(self._buf) > self.lane.st.config.limits.max_body_bytes + MAX_HEAD:
+            # A client sending ahead while its turn runs: read no more until it is answered.
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def stop(self) -> None:
+        if self._task is None:
+            self._close()
+        else:
+            self._close_after = True
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None:
+            if not self._writable.done():
+                self._writable.set_result(None)
+            self._writable = None
+
+    def lost(self) -> None:
+        """The client hung up: its running turn stops (the dispatcher aborts it at its worker)."""
+        self._retire()
+        if self._task is not None:
+            self._task.cancel()
+
+    # -- reading -------------------------------------------------------------------------
+    def _next(self) -> None:
+        buf = self._buf
+        if self._waiting is None:  # a new request: its head first
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    self._give_up()
+                return
+            head = parse_head(bytes(buf[:end])) if end <= MAX_HEAD else None
+            length = self.lane.takes(head) if head is not None else None
+            if length is None:
+                self._give_up()
+                return
+            self._started()
+            self._waiting = (head, end + 4, end + 4 + length)
+        head, body_at, total = self._waiting
+        if len(buf) < total:
+            if self._body_timer is None:
+                timeout_s = self.lane.st.config.connections.body_timeout_s
+                self._body_timer = asyncio.get_running_loop().call_later(timeout_s, self._body_late, timeout_s)
+            return
+        self._waiting = None
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        body = bytes(buf[body_at:total])
+        del buf[:total]
+        self._close_after = self._close_after or head.headers.get("Connection", "").lower() == "close"
+        self._task = asyncio.ensure_future(self._serve(body, head))
+
+    def _give_up(self) -> None:
+        self._retire()
+        self.lane.handed_over += 1
+        data, self._buf = bytes(self._buf), bytearray()
+        self._hand_over(data)
+
+    def _body_late(self, timeout_s: float) -> None:
+        self._body_timer = None
+        self._close_after = True
+        self._task = asyncio.ensure_future(self._answer_error(
+            RequestTimeout(f"the body did not arrive within {timeout_s:.0f}s")))
+
+    # -- answering -----------------------------------------------------------------------
+    async def _serve(self, body: bytes, head: Head) -> None:
+        st = self.lane.st
+        started = st.clock.now()
+        try:
+            decoded, checked = generate_json(body, st.config.limits.max_json_depth)
+            call = parse_generate(decoded, st.config.limits, checked)
+            runs = start_runs(st, call, trajectory_headers(head.headers, batch=call.is_batch))
+            try:
+                if call.stream:
+                    with StreamSlot(st, self.client):
+                        await stream_events(self._open_stream, runs, call.is_batch)
+                else:
+                    answer = await unstreamed_answer(runs, call.is_batch)
+                    self._write(200, b"Content-Type: application/json\r\n", fastjson.dumps(answer))
+            finally:
+                st.metrics.latency.labels("generate").observe(st.clock.now() - started)
+        except asyncio.CancelledError:  # the client hung up
+            if self._status:
+                log.info("client %s left a /generate stream", self.client)
+            st.metrics.requests.labels(_ROUTE, str(self._status or 499)).inc()
+            raise
+        except Exception as e:  # noqa: BLE001 - each is answered, as errors_middleware does
+            if self._status:  # a stream's head is out: no other answer can follow on this connection
+                log.error("POST /generate stream failed after its head was sent", exc_info=e)
+                self._close()
+                return
+            self._write_answer(error_answer(e, "POST /generate"))
+        self._finish()
+
+    async def _answer_error(self, error: Exception) -> None:
+        self._write_answer(error_answer(error, "POST /generate"))
+        self._finish()
+
+    def _write_answer(self, answer: Answer) -> None:
+        # The content type aiohttp's json_response (the router's own answers) or Response sends.
+        content_type = ("application/json; charset=utf-8" if answer.document is not None
+                        else answer.content_type.split(";")[0])
+        self._write(answer.status, b"Content-Type: %s\r\n" % content_type.encode(), answer.body())
+
+    def _write(self, status: int, fields: bytes, body: bytes) -> None:
+        self.send_head(status, fields + b"Content-Length: %d\r\n" % len(body), body)
+        self.lane.st.metrics.requests.labels(_ROUTE, str(status)).inc()
+
+    def send_head(self, status: int, fields: bytes, then: bytes = b"") -> None:
+        self._close_after = self._close_after or self.lane.stopping
+        self._status = status
+        if not self.transport.is_closing():
+            self.transport.write(self.lane.head_bytes(status, fields, self._close_after) + then)
+
+    async def _open_stream(self) -> "_EventStream":
+        return _EventStream(self)
+
+    async def drained(self) -> None:
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def _finish(self) -> None:
+        self._task = None
+        self._status = 0
+        self.lane.answered += 1
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        if self._close_after or self.lane.stopping:
+            self._close()
+        elif self._buf:
+            self._next()
+
+    def _close(self) -> None:
+        self._retire()
+        self.transport.close()
+
+    def _retire(self) -> None:
+        self.done = True
+        self.lane.doors.discard(self)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+
+class _EventStream:
+    """A 200 ``text/event-stream`` answer, chunked; its head goes out with the first events."""
+
+    FIELDS = b"Content-Type: %s\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n" % (
+        SSE_CONTENT_TYPE.encode())
+
+    def __init__(self, door: LaneDoor) -> None:
+        self.door = door
+        self._head_sent = False
+
+    async def write(self, data: bytes) -> None:
+        self._send(b"%x\r\n%s\r\n" % (len(data), data))
+        await self.door.drained()
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        self._send((b"%x\r\n%s\r\n" % (len(data), data) if data else b"") + b"0\r\n\r\n")
+        self.door.lane.st.metrics.requests.labels(_ROUTE, "200").inc()
+
+    def _send(self, data: bytes) -> None:
+        if not self._head_sent:
+            self._head_sent = True
+            self.door.send_head(200, self.FIELDS, data)
+        elif not self.door.transport.is_closing():
+            self.door.transport.write(data)
