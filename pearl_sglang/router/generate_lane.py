@@ -26,6 +26,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.tcp_helpers import tcp_keepalive
 from multidict import CIMultiDict
 
 from pearl_sglang import fastjson
@@ -43,8 +44,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pearl.router")
 
 CLOSE_S = 5.0  # how long a stop waits for answers still being written
+KEEPALIVE_S = 3630.0  # an idle connection closes after this long, as aiohttp's do
 MAX_HEAD = 8190  # longer heads go to aiohttp (its own line limit answers them)
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # a bare CR or LF, NUL, ...: aiohttp refuses them
 _ROUTE = "/generate"  # the metrics' endpoint label, as aiohttp's route names it
 _NOT_PLAIN = ("Transfer-Encoding", "Content-Encoding", "Expect", "Upgrade")
 _SERVER = SERVER_SOFTWARE.encode()
@@ -59,7 +62,7 @@ class Head(NamedTuple):
 def parse_head(head: bytes) -> Head | None:
     """An HTTP/1.1 request head (without its blank line), or None when it is anything the
     lane leaves to aiohttp: another version, an odd request line, a header that is not
-    ``token: value``."""
+    ``token: value`` or whose value holds a control character."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[2] != b"HTTP/1.1":
@@ -67,7 +70,7 @@ def parse_head(head: bytes) -> Head | None:
     headers: CIMultiDict[str] = CIMultiDict()
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
+        if not colon or not _TOKEN.fullmatch(name) or _CONTROL.search(value):
             return None
         headers.add(name.decode("ascii"), value.strip(b" \t").decode("utf-8", "surrogateescape"))
     return Head(parts[0], parts[1], headers)
@@ -97,6 +100,8 @@ class GenerateLane:
         self.answered = 0   # turns answered here (the rest went to aiohttp)
         self.handed_over = 0
         self._date = _Date()
+        self.keepalive_s = KEEPALIVE_S
+        self._sweeper: asyncio.Task | None = None
 
     def takes(self, head: Head) -> int | None:
         """The body length of a plain turn, or None for aiohttp."""
@@ -128,7 +133,19 @@ class GenerateLane:
 
     def door(self, transport: asyncio.Transport, client: str, *, hand_over: Callable[[bytes], None],
              started: Callable[[], None]) -> "LaneDoor":
+        if self._sweeper is None:
+            self._sweeper = asyncio.ensure_future(self._close_idle())
         return LaneDoor(self, transport, client, hand_over=hand_over, started=started)
+
+    async def _close_idle(self) -> None:
+        """Close connections that carried no turn for ``keepalive_s`` (a peer that vanished
+        without a FIN is also found by TCP keep-alive, on at every connection)."""
+        while True:
+            await self.st.clock.sleep(min(60.0, self.keepalive_s / 4))
+            now = self.st.clock.now()
+            for door in list(self.doors):
+                if not door.busy and now - door.idle_since > self.keepalive_s:
+                    door.stop()
 
     def stop_taking(self) -> None:
         """The router stops: idle connections close now, busy ones after their answer."""
@@ -141,6 +158,8 @@ class GenerateLane:
         stopping router has aborted them by now: each answers its output so far), then
         cancel the rest and close their connections."""
         self.stop_taking()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self.doors and loop.time() < deadline:
@@ -170,7 +189,14 @@ class LaneDoor:
         self._writable: asyncio.Future | None = None  # while the client's buffer is full
         self._reading_paused = False
         self.done = False  # handed over or closed: the door reads no more
+        self.idle_since = lane.st.clock.now()
         lane.doors.add(self)
+        tcp_keepalive(transport)
+
+    @property
+    def busy(self) -> bool:
+        """A turn is being answered (or a late body's 408)."""
+        return self._task is not None
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -306,6 +332,7 @@ class LaneDoor:
     def _finish(self) -> None:
         self._task = None
         self._status = 0
+        self.idle_since = self.lane.st.clock.now()
         self.lane.answered += 1
         if self._reading_paused:
             self._reading_paused = False
