@@ -22,11 +22,11 @@ import asyncio
 import logging
 import re
 from email.utils import formatdate
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.tcp_helpers import tcp_keepalive
+from aiohttp.web_response import REASON_PHRASES
 from multidict import CIMultiDict
 
 from pearl_sglang import fastjson
@@ -49,7 +49,12 @@ MAX_HEAD = 8190  # longer heads go to aiohttp (its own line limit answers them)
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # a bare CR or LF, NUL, ...: aiohttp refuses them
 _ROUTE = "/generate"  # the metrics' endpoint label, as aiohttp's route names it
-_NOT_PLAIN = ("Transfer-Encoding", "Content-Encoding", "Expect", "Upgrade")
+_NOT_PLAIN = ("Transfer-Encoding", "Content-Encoding", "Expect", "Upgrade", "Sec-WebSocket-Key1")
+# aiohttp's request parser refuses a second one of these (400), a head without Host, and
+# more than 128 headers: such heads go to it
+_SINGLETONS = ("Content-Length", "Content-Location", "Content-Range", "Content-Type", "ETag", "Host",
+               "Max-Forwards", "Server", "Transfer-Encoding", "User-Agent", "Connection")
+_MAX_HEADERS = 128
 _SERVER = SERVER_SOFTWARE.encode()
 
 
@@ -108,7 +113,9 @@ class GenerateLane:
         if head.method not in (b"POST", b"PUT") or head.target != b"/generate" or self.stopping:
             return None
         h = head.headers
-        if any(name in h for name in _NOT_PLAIN):
+        if any(name in h for name in _NOT_PLAIN) or "Host" not in h or len(h) > _MAX_HEADERS:
+            return None
+        if any(len(h.getall(name, ())) > 1 for name in _SINGLETONS):
             return None
         lengths = h.getall("Content-Length", ())
         if len(lengths) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
@@ -128,7 +135,7 @@ class GenerateLane:
     def head_bytes(self, status: int, fields: bytes, close: bool) -> bytes:
         """The answer's head; ``fields``: its own header lines (each ending in CRLF)."""
         return b"HTTP/1.1 %d %s\r\n%sDate: %s\r\nServer: %s\r\n%s\r\n" % (
-            status, HTTPStatus(status).phrase.encode(), fields, self._date(self.st.clock.epoch()), _SERVER,
+            status, REASON_PHRASES.get(status, "").encode(), fields, self._date(self.st.clock.epoch()), _SERVER,
             b"Connection: close\r\n" if close else b"")
 
     def door(self, transport: asyncio.Transport, client: str, *, hand_over: Callable[[bytes], None],
@@ -186,6 +193,7 @@ class LaneDoor:
         self._waiting: tuple[Head, int, int] | None = None  # a taken head: (head, body start, end)
         self._close_after = False
         self._status = 0  # the status of the answer under way, once its head is sent
+        self._counted = False  # the answer under way is counted in the metrics
         self._writable: asyncio.Future | None = None  # while the client's buffer is full
         self._reading_paused = False
         self.done = False  # handed over or closed: the door reads no more
@@ -234,6 +242,10 @@ class LaneDoor:
         buf = self._buf
         if self._waiting is None:  # a new request: its head first
             end = buf.find(b"\r\n\r\n")
+            head_part = buf if end < 0 else buf[:end]
+            if head_part.count(b"\n") != head_part.count(b"\r\n"):  # a bare LF: aiohttp answers it (400)
+                self._give_up()
+                return
             if end < 0:
                 if len(buf) > MAX_HEAD:
                     self._give_up()
@@ -292,19 +304,31 @@ class LaneDoor:
         except asyncio.CancelledError:  # the client hung up
             if self._status:
                 log.info("client %s left a /generate stream", self.client)
-            st.metrics.requests.labels(_ROUTE, str(self._status or 499)).inc()
+            if not self._counted:
+                self.count(self._status or 499)
             raise
         except Exception as e:  # noqa: BLE001 - each is answered, as errors_middleware does
             if self._status:  # a stream's head is out: no other answer can follow on this connection
                 log.error("POST /generate stream failed after its head was sent", exc_info=e)
                 self._close()
                 return
-            self._write_answer(error_answer(e, "POST /generate"))
+            await self._answer_error(e)
+            return
         self._finish()
 
     async def _answer_error(self, error: Exception) -> None:
-        self._write_answer(error_answer(error, "POST /generate"))
+        try:
+            self._write_answer(error_answer(error, "POST /generate"))
+        except Exception:  # noqa: BLE001 - never leave the connection waiting for an answer
+            log.exception("POST /generate: the error answer could not be written; closing the connection")
+            self._close()
+            return
         self._finish()
+
+    def count(self, status: int) -> None:
+        """The answer under way, in the request metrics (once)."""
+        self._counted = True
+        self.lane.st.metrics.requests.labels(_ROUTE, str(status)).inc()
 
     def _write_answer(self, answer: Answer) -> None:
         # The content type aiohttp's json_response (the router's own answers) or Response sends.
@@ -314,7 +338,7 @@ class LaneDoor:
 
     def _write(self, status: int, fields: bytes, body: bytes) -> None:
         self.send_head(status, fields + b"Content-Length: %d\r\n" % len(body), body)
-        self.lane.st.metrics.requests.labels(_ROUTE, str(status)).inc()
+        self.count(status)
 
     def send_head(self, status: int, fields: bytes, then: bytes = b"") -> None:
         self._close_after = self._close_after or self.lane.stopping
@@ -332,6 +356,7 @@ class LaneDoor:
     def _finish(self) -> None:
         self._task = None
         self._status = 0
+        self._counted = False
         self.idle_since = self.lane.st.clock.now()
         self.lane.answered += 1
         if self._reading_paused:
@@ -370,7 +395,7 @@ class _EventStream:
 
     async def write_eof(self, data: bytes = b"") -> None:
         self._send((b"%x\r\n%s\r\n" % (len(data), data) if data else b"") + b"0\r\n\r\n")
-        self.door.lane.st.metrics.requests.labels(_ROUTE, "200").inc()
+        self.door.count(200)
 
     def _send(self, data: bytes) -> None:
         if not self._head_sent:

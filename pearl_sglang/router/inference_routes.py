@@ -202,7 +202,13 @@ async def stream_events(start: Callable[[], Awaitable[Sink]], runs: list[AsyncIt
     sends the 200 head once the first chunk is there (a rejection before it is raised)."""
     first = [asyncio.ensure_future(r.__anext__()) for r in runs]
     # Surface a rejection before committing to a 200 stream.
-    done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (the lane's client left): the runs must not go on orphaned
+        for t in first:
+            t.cancel()
+        await asyncio.gather(*first, return_exceptions=True)
+        raise
     for task in done:
         exc = task.exception()
         if exc is not None and not isinstance(exc, StopAsyncIteration):

@@ -196,9 +196,10 @@ async def test_a_stream_is_answered_by_the_lane_as_aiohttp_answers_it(batch):
                                                                                   if not batch else request))
                 answers.append((status, headers["content-type"], headers["cache-control"],
                                 headers.get("transfer-encoding"), _events(body)))
-                assert _counted(app, "200") == 1
+                # Both paths count a stream as its last piece goes out: the client may see it first.
+                await _until(lambda: _counted(app, "200") == 1)
                 if lane:
-                    assert app[ROUTER].connections.lane.answered == 1
+                    await _until(lambda: app[ROUTER].connections.lane.answered == 1)
     assert answers[0][:4] == answers[1][:4] == (200, "text/event-stream; charset=utf-8", "no-cache", "chunked")
     lane_events, aiohttp_events = answers[0][4], answers[1][4]
     assert lane_events[-1] == aiohttp_events[-1] == "data: [DONE]"
@@ -239,7 +240,8 @@ async def test_a_client_that_leaves_a_stream_stops_its_turn_at_the_worker():
             writer.close()
             await _until(lambda: engine_host.engine.loads().num_running_reqs == 0)
             await _until(lambda: len(app[ROUTER].inflight) == 0)
-            assert _counted(app, "200") == 1 and _counted(app, "499") == 0
+            await _until(lambda: _counted(app, "200") == 1)  # its head was sent: a 200, as aiohttp counts it
+            assert _counted(app, "499") == 0
 
 
 async def test_pipelined_turns_are_answered_in_order():
@@ -361,7 +363,7 @@ async def test_idle_lane_connections_close_after_the_keepalive_and_keep_tcp_keep
             busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", _port(url))
             busy_writer.write(_request({**TURN, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}))
             assert await asyncio.wait_for(reader.read(), 5) == b""  # the idle one closed
-            status, _, body = await _answer(busy_reader)  # the busy one answered (20x: 60 tokens take ~3 s)
+            status, _, body = await _answer(busy_reader)  # the busy one is answered whole
             assert status == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 60
             for w in (writer, busy_writer):
                 w.close()
