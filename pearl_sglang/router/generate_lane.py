@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from email.utils import formatdate
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable
 
-from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.tcp_helpers import tcp_keepalive
-from aiohttp.web_response import REASON_PHRASES
-from multidict import CIMultiDict
 
 from pearl_sglang import fastjson
 from pearl_sglang.router.answers import Answer
 from pearl_sglang.router.errors import RequestTimeout
 from pearl_sglang.router.generate_request import parse_generate
+from pearl_sglang.router.http1 import (LAST_CHUNK, MAX_HEAD, AnswerHeads, Head, bare_lf, chunk, parse_head,
+                                       plain_json_length, wants_close)
 from pearl_sglang.router.inference_routes import (StreamSlot, start_runs, stream_events, trajectory_headers,
                                                   unstreamed_answer)
 from pearl_sglang.router.middleware import error_answer, generate_json, inference_allowed
@@ -45,54 +42,7 @@ log = logging.getLogger("pearl.router")
 
 CLOSE_S = 5.0  # how long a stop waits for answers still being written
 KEEPALIVE_S = 3630.0  # an idle connection closes after this long, as aiohttp's do
-MAX_HEAD = 8190  # longer heads go to aiohttp (its own line limit answers them)
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # a bare CR or LF, NUL, ...: aiohttp refuses them
 _ROUTE = "/generate"  # the metrics' endpoint label, as aiohttp's route names it
-_NOT_PLAIN = ("Transfer-Encoding", "Content-Encoding", "Expect", "Upgrade", "Sec-WebSocket-Key1")
-# aiohttp's request parser refuses a second one of these (400), a head without Host, and
-# more than 128 headers: such heads go to it
-_SINGLETONS = ("Content-Length", "Content-Location", "Content-Range", "Content-Type", "ETag", "Host",
-               "Max-Forwards", "Server", "Transfer-Encoding", "User-Agent", "Connection")
-_MAX_HEADERS = 128
-_SERVER = SERVER_SOFTWARE.encode()
-
-
-class Head(NamedTuple):
-    method: bytes
-    target: bytes
-    headers: CIMultiDict[str]
-
-
-def parse_head(head: bytes) -> Head | None:
-    """An HTTP/1.1 request head (without its blank line), or None when it is anything the
-    lane leaves to aiohttp: another version, an odd request line, a header that is not
-    ``token: value`` or whose value holds a control character."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[2] != b"HTTP/1.1":
-        return None
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name) or _CONTROL.search(value):
-            return None
-        headers.add(name.decode("ascii"), value.strip(b" \t").decode("utf-8", "surrogateescape"))
-    return Head(parts[0], parts[1], headers)
-
-
-class _Date:
-    """The ``Date`` header, formatted once a second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = b""
-
-    def __call__(self, now: float) -> bytes:
-        second = int(now)
-        if second != self._second:
-            self._second, self._value = second, formatdate(now, usegmt=True).encode()
-        return self._value
 
 
 class GenerateLane:
@@ -104,7 +54,7 @@ class GenerateLane:
         self.stopping = False
         self.answered = 0   # turns answered here (the rest went to aiohttp)
         self.handed_over = 0
-        self._date = _Date()
+        self._heads = AnswerHeads()
         self.keepalive_s = KEEPALIVE_S
         self._sweeper: asyncio.Task | None = None
 
@@ -112,31 +62,15 @@ class GenerateLane:
         """The body length of a plain turn, or None for aiohttp."""
         if head.method not in (b"POST", b"PUT") or head.target != b"/generate" or self.stopping:
             return None
-        h = head.headers
-        if any(name in h for name in _NOT_PLAIN) or "Host" not in h or len(h) > _MAX_HEADERS:
-            return None
-        if any(len(h.getall(name, ())) > 1 for name in _SINGLETONS):
-            return None
-        lengths = h.getall("Content-Length", ())
-        if len(lengths) != 1 or not (lengths[0].isascii() and lengths[0].isdigit()):
-            return None
-        length = int(lengths[0])
-        if not 0 < length <= self.st.config.limits.max_body_bytes:
-            return None
-        if "json" not in h.get("Content-Type", "application/json"):
-            return None
-        if h.get("Connection", "keep-alive").lower() not in ("keep-alive", "close"):
-            return None
+        length = plain_json_length(head.headers, self.st.config.limits.max_body_bytes)
         security = self.st.config.security
-        if security.api_key is not None and not inference_allowed(h, security.admin_token, security.api_key):
+        if length is None or (security.api_key is not None
+                              and not inference_allowed(head.headers, security.admin_token, security.api_key)):
             return None
         return length
 
     def head_bytes(self, status: int, fields: bytes, close: bool) -> bytes:
-        """The answer's head; ``fields``: its own header lines (each ending in CRLF)."""
-        return b"HTTP/1.1 %d %s\r\n%sDate: %s\r\nServer: %s\r\n%s\r\n" % (
-            status, REASON_PHRASES.get(status, "").encode(), fields, self._date(self.st.clock.epoch()), _SERVER,
-            b"Connection: close\r\n" if close else b"")
+        return self._heads(status, fields, close=close, now=self.st.clock.epoch())
 
     def door(self, transport: asyncio.Transport, client: str, *, hand_over: Callable[[bytes], None],
              started: Callable[[], None]) -> "LaneDoor":
@@ -242,8 +176,7 @@ class LaneDoor:
         buf = self._buf
         if self._waiting is None:  # a new request: its head first
             end = buf.find(b"\r\n\r\n")
-            head_part = buf if end < 0 else buf[:end]
-            if head_part.count(b"\n") != head_part.count(b"\r\n"):  # a bare LF: aiohttp answers it (400)
+            if bare_lf(buf if end < 0 else buf[:end]):
                 self._give_up()
                 return
             if end < 0:
@@ -269,7 +202,7 @@ class LaneDoor:
             self._body_timer = None
         body = bytes(buf[body_at:total])
         del buf[:total]
-        self._close_after = self._close_after or head.headers.get("Connection", "").lower() == "close"
+        self._close_after = self._close_after or wants_close(head.headers)
         self._task = asyncio.ensure_future(self._serve(body, head))
 
     def _give_up(self) -> None:
@@ -390,11 +323,11 @@ class _EventStream:
         self._head_sent = False
 
     async def write(self, data: bytes) -> None:
-        self._send(b"%x\r\n%s\r\n" % (len(data), data))
+        self._send(chunk(data))
         await self.door.drained()
 
     async def write_eof(self, data: bytes = b"") -> None:
-        self._send((b"%x\r\n%s\r\n" % (len(data), data) if data else b"") + b"0\r\n\r\n")
+        self._send((chunk(data) if data else b"") + LAST_CHUNK)
         self.door.count(200)
 
     def _send(self, data: bytes) -> None:

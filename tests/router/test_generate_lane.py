@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from pearl_sglang.router.config import RouterConfig, Security
-from pearl_sglang.router.generate_lane import parse_head
+from pearl_sglang.router.http1 import parse_head
 from pearl_sglang.router.state import ROUTER
 from tests.router.conftest import ADMIN_TOKEN, running_router
 from tests.support.emulated import emulator
