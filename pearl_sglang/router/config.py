@@ -115,8 +115,8 @@ class RouterConfig:
     # A straggler's second of delay over another request's own (the isolation cost term).
     straggler_isolation_weight: float = IsolationConfig.weight
     straggler_home_margin: float = IsolationConfig.home_margin
-    # Plain non-streaming /generate turns are read and answered by the router's own HTTP
-    # path (router.generate_lane) rather than aiohttp's server; off: aiohttp serves all.
+    # Plain /generate turns (streamed or not) are read and answered by the router's own
+    # HTTP path (router.generate_lane) rather than aiohttp's server; off: aiohttp serves all.
     generate_lane: bool = True
 
     def validate(self) -> None:
