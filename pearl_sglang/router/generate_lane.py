@@ -130,7 +130,6 @@ class LaneDoor:
         self._counted = False  # the answer under way is counted in the metrics
         self._writable: asyncio.Future | None = None  # while the client's buffer is full
         self._reading_paused = False
-        self.done = False  # handed over or closed: the door reads no more
         self.idle_since = lane.st.clock.now()
         lane.doors.add(self)
         tcp_keepalive(transport)
@@ -305,7 +304,7 @@ class LaneDoor:
         self.transport.close()
 
     def _retire(self) -> None:
-        self.done = True
+        """Handed over or closed: the lane forgets the connection."""
         self.lane.doors.discard(self)
         if self._body_timer is not None:
             self._body_timer.cancel()
