@@ -11,8 +11,13 @@ Workloads (each non-streaming and streaming):
               (sglang-router runs ``round_robin``, so it does no affinity work at all).
 
 Phases: ``lat_1`` (one client, nothing queues: the added p50 is the router's own cost per
-request) and ``tp`` (closed loop at ``--agentic-concurrency`` clients for a fixed time:
-requests per second). Cells run interleaved, target order rotated per repeat; reported
+request; each body goes to every target in turn, ``one_client_interleaved``, with each
+router's CPU per request of its own) and ``tp`` (closed loop at ``--agentic-concurrency``
+clients for a fixed time: requests per second). Before either, every worker's prefix cache
+gets every prompt, so no target's latency depends on which worker held a prompt. With the
+``relay`` target (``harness/relay.py``, a byte relay: the extra hop without a router's
+work) the table adds PEARL's p50 over the relay's: the router's own work on the path.
+Cells run interleaved, target order rotated per repeat; reported
 numbers are medians over repeats, and the ratio PEARL / sglang-router is taken per repeat
 (the two ran back to back) before the median. Every reply is checked like the tiny
 prompts' (16 output ids, identical across targets, streams end with ``[DONE]``).
@@ -194,6 +199,53 @@ async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Worklo
     return out
 
 
+def _percentiles(lats: list[float]) -> dict[str, Any]:
+    """``rps``: requests over the time spent in them (one client: 1 / mean latency)."""
+    s = sorted(lats)
+    return {"n": len(s), "elapsed_s": sum(s), "rps": len(s) / sum(s),
+            "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+
+
+async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, w: Workload, *,
+                                 max_requests: int, max_s: float, expect: dict, max_new: int,
+                                 ) -> dict[str, dict[str, Any]]:
+    """One client, nothing queued anywhere, the targets taken in turn request by request:
+    each body goes to every target (order rotated per body) before the next one, so a
+    stretch of machine noise falls on all of them alike; timed back to back in separate
+    cells, the same target's p50 moved by up to 0.5 ms between cells on this machine."""
+    lats: dict[str, list[float]] = {t.name: [] for t in targets}
+    rr = {t.name: itertools.cycle(t.urls) for t in targets}
+    cell = next(_cell_ids)
+    stream = w.mode == "stream"
+    cpu0 = {t.name: cpu_now(t.pid) for t in targets}
+    deadline = time.perf_counter() + max_s
+    sent = 0
+    for s in itertools.count():
+        seq = w.sequences[s % len(w.sequences)]
+        headers = {t.name: {"Content-Type": "application/json", **(
+            {TRAJECTORY_HEADER: f"{w.name}-{cell}-{s}-{t.name}"} if w.trajectory else {})} for t in targets}
+        url = {t.name: next(rr[t.name]) for t in targets}
+        for turn, body in enumerate(seq):
+            if sent >= max_requests or time.perf_counter() >= deadline:
+                out = {name: _percentiles(xs) for name, xs in lats.items()}
+                for t in targets:  # each router's CPU per request of its own, here with one client
+                    router_us = cpu_per_request(cpu0[t.name], cpu_now(t.pid), len(lats[t.name])).get("router_cpu_us")
+                    if router_us is not None:
+                        out[t.name]["router_cpu_ms_per_req"] = router_us / 1e3
+                return out
+            k = sent % len(targets)
+            for t in targets[k:] + targets[:k]:
+                lat, final = await _send(session, url[t.name], body, stream, headers[t.name])
+                lats[t.name].append(lat)
+                ids = (final or {}).get("output_ids")
+                key = (w.name, s % len(w.sequences), turn)
+                if not isinstance(ids, list) or len(ids) != max_new or expect.setdefault(key, ids) != ids:
+                    raise RuntimeError(f"{w.name} {key} via {t.name}: output ids {ids!r:.200} differ or are not "
+                                       f"{max_new} long")
+            sent += 1
+    raise AssertionError("unreachable")
+
+
 async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.Namespace) -> list[dict[str, Any]]:
     """``targets``: router_overhead's Target objects (name, urls)."""
     workloads = build_workloads(args.agentic, seed=args.seed, max_new=args.max_new_tokens)
@@ -201,7 +253,15 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
     rows: list[dict[str, Any]] = []
     phases = [("lat_1", 1, args.agentic_c1_requests, args.agentic_c1_s),
               ("tp", args.agentic_concurrency, 10 ** 9, args.agentic_tp_s)]
-    for w in workloads:  # warm: every target, every prompt once
+    # Every worker's prefix cache gets every prompt first, so that no target's latency
+    # depends on which worker happened to hold a prompt: an uncached 32K-token prefill
+    # costs the tiny profile ~6.5 ms at time-scale 100, more than what is measured here.
+    worker_urls = next(t.urls for t in targets if t.name == "direct")
+    for w in workloads:  # warm: every worker, then every target, every prompt once
+        for url in worker_urls:
+            await closed_loop(session, [url], w, args.agentic_concurrency,
+                              max_requests=sum(map(len, w.sequences)), max_s=30, expect=expect,
+                              max_new=args.max_new_tokens)
         for t in targets:
             await closed_loop(session, t.urls, w, args.agentic_concurrency,
                               max_requests=sum(map(len, w.sequences)), max_s=30, expect=expect,
@@ -210,9 +270,16 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
         for w in workloads:
             for phase, conc, max_req, max_s in phases:
                 k = rep % len(targets)
+                one = None
+                if phase == "lat_1":
+                    one = await one_client_interleaved(session, targets, w, max_requests=max_req, max_s=max_s,
+                                                       expect=expect, max_new=args.max_new_tokens)
                 for t in targets[k:] + targets[:k]:
-                    r = await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
-                                          expect=expect, max_new=args.max_new_tokens, pid=t.pid)
+                    if one is not None:
+                        r = one[t.name]
+                    else:
+                        r = await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
+                                              expect=expect, max_new=args.max_new_tokens, pid=t.pid)
                     r.update(repeat=rep, workload=w.name, mode=w.mode, phase=phase, concurrency=conc,
                              target=t.name)
                     rows.append(r)
@@ -252,6 +319,11 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
                 if added:
                     c["added_p50_1_ms"] = statistics.median(added)
             cell[name] = c
+        # PEARL's own work: its p50@1 over the byte relay's (the same extra hop, no work).
+        own = [p["p50_ms"] - o["p50_ms"] for rep in reps
+               if (p := get(wl, mode, "lat_1", "pearl", rep)) and (o := get(wl, mode, "lat_1", "relay", rep))]
+        if own:
+            cell.setdefault("pearl", {})["over_relay_p50_1_ms"] = statistics.median(own)
         for other in names:
             if other in ("pearl", "direct"):
                 continue
@@ -273,14 +345,18 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
              "| workload | mode | " + " | ".join(f"{n} rps" for n in names) + " | "
              + " | ".join(f"PEARL / {o} rps" for o in others) + " | "
              + " | ".join(f"{n} added p50@1 ms" for n in names if n != "direct") + " | "
-             + " | ".join(f"{n} CPU ms/req" for n in names if n != "direct") + " |",
-             "|" + "---|" * (2 + len(names) + len(others) + 2 * (len(names) - ("direct" in names)))]
+             + " | ".join(f"{n} CPU ms/req" for n in names if n != "direct") + " |"
+             + (" PEARL p50@1 - relay p50@1 ms |" if "relay" in names else ""),
+             "|" + "---|" * (2 + len(names) + len(others) + 2 * (len(names) - ("direct" in names))
+                             + ("relay" in names))]
     for key, cell in summary.items():
         wl, mode = key.split("/")
         row = [wl, mode] + [f(cell.get(n, {}).get("rps"), ".0f") for n in names]
         row += [f(cell.get("pearl", {}).get(f"rps_over_{o}")) for o in others]
         row += [f(cell.get(n, {}).get("added_p50_1_ms"), "+.2f") for n in names if n != "direct"]
         row += [f(cell.get(n, {}).get("cpu_ms_per_req"), ".2f") for n in names if n != "direct"]
+        if "relay" in names:
+            row.append(f(cell.get("pearl", {}).get("over_relay_p50_1_ms"), "+.2f"))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -299,5 +375,5 @@ def finish_args(args: argparse.Namespace) -> None:
     if args.agentic is not None and not args.agentic:
         args.agentic = [*SIZES, "multiturn"]
     args.agentic_tp_s = args.agentic_tp_s or (2.0 if args.quick else 4.0)
-    args.agentic_c1_requests = 60 if args.quick else 200
-    args.agentic_c1_s = 1.5 if args.quick else 3.0
+    args.agentic_c1_requests = 120 if args.quick else 400  # bodies, each sent to every target
+    args.agentic_c1_s = 4.0 if args.quick else 12.0

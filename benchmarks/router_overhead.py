@@ -6,9 +6,10 @@ against sglang-router 0.3.2, in front of the same emulated SGLang workers, in on
 
 It starts ``--workers`` emulated workers (tiny profile, high ``--time-scale``, small
 ``max_new_tokens`` with ``ignore_eos``: generation costs a few milliseconds, so HTTP and
-routing dominate), PEARL's router (attach mode) and sglang-router (round_robin) in front of
-them, and measures for each target in {direct (the client round-robins over the workers),
-pearl, sglang-router} x {non-streaming, streaming}:
+routing dominate), PEARL's router (attach mode), sglang-router (round_robin) and a byte relay
+(``harness/relay.py``: the extra hop alone, no router's work; ``--no-relay`` skips it) in
+front of them, and measures for each target in {direct (the client round-robins over the
+workers), pearl, sglang-router, relay} x {non-streaming, streaming}:
 
   lat@C    closed loop, C client tasks each sending sequential requests: p50/p99 end to end;
   lat@1    the same with one client task (no queueing anywhere: the per-request cost);
@@ -407,6 +408,12 @@ def start_stack(args: argparse.Namespace, log_dir: Path, servers: list[ServerPro
                     port, extra_env=dict(stack.env), health="/readiness")
         routers.append(sgl)
         targets.append(Target("sglang-router", [sgl.url], pid=sgl.pid, workers=pids))
+    if args.relay:  # the extra hop alone: what any userspace router adds before its own work
+        port = free_port()
+        relay = spawn("relay", [py, "-m", "benchmarks.harness.relay", "--port", str(port), "--upstream", *urls],
+                      port)
+        routers.append(relay)
+        targets.append(Target("relay", [relay.url], pid=relay.pid, workers=pids))
     if args.interval1:
         p1 = pearl("pearl-interval1", 1)
         routers.append(p1)
@@ -460,6 +467,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--baseline-src", type=Path, default=None,
                     help="also run PEARL's router from this checkout (target pearl-baseline), e.g. the "
                          "commit before a change, to compare before and after in one run")
+    ap.add_argument("--no-relay", dest="relay", action="store_false",
+                    help="skip the byte relay (target relay: the extra hop without a router's work)")
     ap.add_argument("--no-interval1", dest="interval1", action="store_false",
                     help="skip PEARL with --internal-stream-interval 1 (streaming only)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "router_overhead.json")
