@@ -6,22 +6,22 @@ Decoding them into Python ints, checking each one's type and sign, and encoding 
 again for the worker cost more than all the rest of a request. Here the array is cut out
 of the raw bytes: when its text holds only digits, commas and whitespace, every element
 is a non-negative integer by construction (no bools, floats, strings or nesting), so one
-compiled pass over the text (``encoded_ids.canonical_ids``) replaces the per-element
-checks, drops the whitespace, finds the commas and refuses what a JSON decoder would
+compiled pass over the text (``encoded_ids.parse_ids``) replaces the per-element
+checks, reads the ids (or drops the whitespace) and refuses what a JSON decoder would
 (empty elements, leading zeros, numbers too long for 64 bits). The ids stay text
 (``EncodedIds``); only the rest of the body, now small, is decoded. Whatever does not
 fit this shape (batches, text prompts, a second ``input_ids`` anywhere, odd formatting)
 returns None and takes the general path, which gives the same answers and errors as before.
 
-The array's digits, without whitespace, are also the canonical text that prefix
-keying (``block_keys``) reads, so the router never re-encodes them.
+The worker gets the array's text as it came (without its whitespace), so the router
+never re-encodes the ids.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from pearl_sglang import fastjson
-from pearl_sglang.router.encoded_ids import EncodedIds, canonical_ids
+from pearl_sglang.router.encoded_ids import EncodedIds, parse_ids
 
 _KEY = b'"input_ids"'
 _WHITESPACE = b" \t\r\n"
@@ -51,10 +51,10 @@ def split_ids(raw: bytes) -> tuple[bytes, EncodedIds] | None:
     end = raw.find(b"]", i)
     if end < 0:
         return None
-    canonical = canonical_ids(raw[i + 1:end])
-    if canonical is None:
+    ids = parse_ids(raw[i + 1:end])
+    if ids is None:
         return None  # ",,", a trailing comma, a leading zero, too long for 64 bits, not an id
-    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], EncodedIds(*canonical)
+    return raw[:at] + _KEY + b":" + _SENTINEL_JSON + raw[end + 1:], ids
 
 
 def parse_ids_body(raw: bytes, *, too_deep: Callable[[bytes, object], bool]) -> dict[str, Any] | None:

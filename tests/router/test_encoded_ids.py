@@ -15,7 +15,7 @@ from pearl_sglang import fastjson
 from pearl_sglang.control.attach import attached_table
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.connections import start_site
-from pearl_sglang.router.encoded_ids import MAX_DIGITS, EncodedIds, canonical_ids, comma_positions
+from pearl_sglang.router.encoded_ids import MAX_DIGITS, EncodedIds, canonical_ids, comma_positions, parse_ids
 from pearl_sglang.router.selection import TOKEN_BLOCK, context_tokens, extend_prefix_key, prefix_key
 from pearl_sglang.router.state import ROUTER
 from pearl_sglang.server.compose import build_app
@@ -27,7 +27,10 @@ from tests.support.emulated import emulator
 
 def _decodes(text: bytes) -> bool:
     """Whether a JSON decoder reads ``text`` as ids the text path takes: integers of at
-    most MAX_DIGITS digits (orjson also reads 20-digit ones below 2**64 as integers)."""
+    most MAX_DIGITS digits (orjson also reads 20-digit ones below 2**64 as integers), and
+    written without a sign (``-0`` is JSON's 0, left to the general path)."""
+    if b"-" in text:
+        return False
     try:
         ids = orjson.loads(b"[" + text + b"]")
     except ValueError:
@@ -48,6 +51,28 @@ def test_validation_from_text_agrees_with_a_json_decoder(text):
         compact, commas = canonical
         assert compact == fastjson.dumps(orjson.loads(b"[" + raw + b"]"))[1:-1]
         assert commas.tolist() == comma_positions(compact).tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(alphabet="0123456789,", max_size=60), st.text(alphabet="0123456789, \t\n\r-.e", max_size=16),
+                 st.lists(st.integers(0, 2**64 + 5), min_size=1, max_size=40).map(lambda ids: ",".join(map(str, ids))),
+                 st.lists(st.integers(0, 2**63), min_size=1, max_size=3 * TOKEN_BLOCK + 5).map(
+                     lambda ids: ", ".join(map(str, ids)))))
+def test_parsed_ids_are_the_decoders_with_their_compact_text_and_keys(text):
+    """``parse_ids`` takes what ``canonical_ids`` takes; whichever pass read them (compact
+    text, or text with whitespace), the ids, their length, their text and their block
+    keys are the decoder's."""
+    raw = text.encode()
+    parsed = parse_ids(raw)
+    assert (parsed is not None) == _decodes(raw)
+    if parsed is not None:
+        ids = orjson.loads(b"[" + raw + b"]")
+        assert parsed.decoded() == ids and len(parsed) == len(ids) and parsed == ids
+        assert parsed.text == fastjson.dumps(ids)[1:-1] and parsed.as_uint64().tolist() == ids
+        assert (parsed.array is not None) == (b" " not in raw and b"\t" not in raw and b"\n" not in raw
+                                               and b"\r" not in raw)
+        assert prefix_key(parsed, None) == prefix_key(ids, None)
+        assert parsed[len(ids) // 2:] == ids[len(ids) // 2:]
 
 
 @settings(max_examples=80, deadline=None)
