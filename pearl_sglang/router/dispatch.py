@@ -232,7 +232,9 @@ class Dispatcher:
                             or (not moved and (reason.get("status_code") or 0) >= 400)):
                         finished = True
                         out = self._final(stitcher, item, started, None)
-                        self.on_complete(Completed(
+                        # The bookkeeping runs once this answer is on its way (the loop's next
+                        # turn), before anything else the loop takes up.
+                        loop.call_soon(self.on_complete, Completed(
                             item=item, trajectory=trajectory, turn=turn, key=key,
                             prompt_ids=stitcher.prompt_ids, final=out, target=target,
                             attempts=stitcher.attempts, started=started, first_chunk_at=first_chunk_at,

@@ -199,7 +199,8 @@ class LaneDoor:
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
-        body = bytes(buf[body_at:total])
+        with memoryview(buf) as view:  # one copy of the body, not two (a slice, then bytes)
+            body = bytes(view[body_at:total])
         del buf[:total]
         self._close_after = self._close_after or wants_close(head.headers)
         self._task = asyncio.ensure_future(self._serve(body, head))

@@ -367,3 +367,36 @@ async def test_idle_lane_connections_close_after_the_keepalive_and_keep_tcp_keep
             assert status == 200 and json.loads(body)["meta_info"]["completion_tokens"] == 60
             for w in (writer, busy_writer):
                 w.close()
+
+
+async def test_a_turns_bookkeeping_follows_its_answer_and_precedes_the_next_turn(monkeypatch):
+    """The completion's bookkeeping (telemetry, loads owed, metrics) is off the answer's
+    path: it runs once the answer is written, and before the trajectory's next turn,
+    pipelined on the same connection, is routed (so that turn sees the last one ended)."""
+    from pearl_sglang.router import generate_lane
+    events: list[str] = []
+    send_head = generate_lane.LaneDoor.send_head
+    monkeypatch.setattr(generate_lane.LaneDoor, "send_head",
+                        lambda self, *a, **k: (events.append("answer"), send_head(self, *a, **k))[1])
+    async with emulator(*FAST) as (worker, _):
+        async with running_router(regular=[worker]) as (url, app, _):
+            dispatcher = app[ROUTER].dispatcher
+            on_complete, route = dispatcher.on_complete, dispatcher.route
+
+            def completed(done):
+                events.append("complete")
+                on_complete(done)
+
+            async def routed(*a, **k):
+                events.append("route")
+                return await route(*a, **k)
+            monkeypatch.setattr(dispatcher, "on_complete", completed)
+            monkeypatch.setattr(dispatcher, "route", routed)
+            reader, writer = await asyncio.open_connection("127.0.0.1", _port(url))
+            trajectory = {"X-Pearl-Trajectory-Id": "t-order"}
+            writer.write(_request({**TURN, "rid": "one"}, headers=trajectory)
+                         + _request({**TURN, "rid": "two"}, headers=trajectory))
+            answers = [await _answer(reader) for _ in range(2)]
+            writer.close()
+    assert [a[0] for a in answers] == [200, 200]
+    assert events == ["route", "answer", "complete", "route", "answer", "complete"]
