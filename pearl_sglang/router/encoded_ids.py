@@ -31,6 +31,14 @@ def comma_positions(text: bytes) -> np.ndarray:
     return np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
 
 
+@njit(cache=True, inline="always")
+def _bad_element(digits: np.ndarray, start: int, end: int) -> bool:
+    """What a JSON decoder refuses (an empty element, a leading zero) or the text path
+    does not take (more than MAX_DIGITS digits), of the element at ``digits[start:end]``."""
+    length = end - start
+    return length == 0 or length > MAX_DIGITS or (length > 1 and digits[start] == _ZERO)
+
+
 @njit(cache=True)
 def _canonical(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     n = len(text)
@@ -47,8 +55,7 @@ def _canonical(text: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
             out[k] = c
             k += 1
         elif c == _COMMA:
-            length = k - start
-            if length == 0 or length > MAX_DIGITS or (length > 1 and out[start] == _ZERO):
+            if _bad_element(out, start, k):
                 return out[:0], commas[:0], False
             if i < n:
                 out[k] = c
@@ -75,8 +82,7 @@ def _compact_values(text: np.ndarray) -> tuple[np.ndarray, bool]:
     for i in range(n + 1):
         c = text[i] if i < n else _COMMA
         if c == _COMMA:
-            length = i - start
-            if length == 0 or length > MAX_DIGITS or (length > 1 and text[start] == _ZERO):
+            if _bad_element(text, start, i):
                 return values[:0], False
             values[m] = v
             m += 1
