@@ -153,9 +153,33 @@ async def _send(session: aiohttp.ClientSession, url: str, body: bytes, stream: b
 _cell_ids = itertools.count()
 
 
+def _check(w: Workload, key: tuple, final: dict | None, expect: dict, max_new: int, via: str) -> None:
+    """A reply has exactly ``max_new`` output ids, the same from every target."""
+    ids = (final or {}).get("output_ids")
+    if not isinstance(ids, list) or len(ids) != max_new or expect.setdefault(key, ids) != ids:
+        raise RuntimeError(f"{w.name} {key} via {via}: output ids {ids!r:.200} differ or are not {max_new} long "
+                           f"(another target's: {expect.get(key)!r:.200}; the reply: {final!r:.300})")
+
+
+def _cell(lats: list[float], elapsed: float, cpu0, cpu1) -> dict[str, Any]:
+    """Percentiles, requests per second over ``elapsed``, and CPU per request: the
+    router's own (load-independent), its workers' together and the busiest worker's over
+    their mean (how evenly the work was spread), where the processes could be read."""
+    s = sorted(lats)
+    out = {"n": len(s), "elapsed_s": elapsed, "rps": len(s) / elapsed,
+           "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+    cpu = cpu_per_request(cpu0, cpu1, len(s))
+    if "router_cpu_us" in cpu:
+        out["router_cpu_ms_per_req"] = cpu["router_cpu_us"] / 1e3
+    for name in ("workers_cpu_us", "workers_busiest_over_mean"):
+        if name in cpu:
+            out[name] = cpu[name]
+    return out
+
+
 async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Workload, concurrency: int, *,
                       max_requests: int, max_s: float, expect: dict, max_new: int,
-                      pid: int | None = None) -> dict[str, Any]:
+                      pid: int | None = None, workers: Sequence[int] = ()) -> dict[str, Any]:
     """C tasks each take the next sequence and send its bodies one after another."""
     rr = itertools.cycle(urls)
     seq_counter = itertools.count()
@@ -178,32 +202,14 @@ async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Worklo
                     return
                 lat, final = await _send(session, url, body, stream, headers)
                 lats.append(lat)
-                ids = (final or {}).get("output_ids")
-                if not isinstance(ids, list) or len(ids) != max_new:
-                    raise RuntimeError(f"{w.name}: expected {max_new} output ids, got {final!r:.300}")
-                key = (w.name, s % len(w.sequences), turn)
-                if expect.setdefault(key, ids) != ids:
-                    raise RuntimeError(f"{w.name} {key}: output ids differ between targets: {expect[key]} vs {ids}")
+                _check(w, (w.name, s % len(w.sequences), turn), final, expect, max_new, url)
 
-    t0, cpu0 = time.perf_counter(), cpu_now(pid)
+    t0, cpu0 = time.perf_counter(), cpu_now(pid, workers)
     await asyncio.gather(*(client() for _ in range(concurrency)))
-    elapsed, cpu1 = time.perf_counter() - t0, cpu_now(pid)
+    elapsed, cpu1 = time.perf_counter() - t0, cpu_now(pid, workers)
     if not lats:
         raise RuntimeError(f"{w.name}: no request completed")
-    s = sorted(lats)
-    out = {"n": len(lats), "elapsed_s": elapsed, "rps": len(lats) / elapsed,
-           "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
-    router_us = cpu_per_request(cpu0, cpu1, len(lats)).get("router_cpu_us")
-    if router_us is not None:  # the router's own CPU per request: load-independent
-        out["router_cpu_ms_per_req"] = router_us / 1e3
-    return out
-
-
-def _percentiles(lats: list[float]) -> dict[str, Any]:
-    """``rps``: requests over the time spent in them (one client: 1 / mean latency)."""
-    s = sorted(lats)
-    return {"n": len(s), "elapsed_s": sum(s), "rps": len(s) / sum(s),
-            "p50_ms": s[len(s) // 2] * 1e3, "p99_ms": s[min(len(s) - 1, int(0.99 * len(s)))] * 1e3}
+    return _cell(lats, elapsed, cpu0, cpu1)
 
 
 async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, w: Workload, *,
@@ -212,38 +218,32 @@ async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, 
     """One client, nothing queued anywhere, the targets taken in turn request by request:
     each body goes to every target (order rotated per body) before the next one, so a
     stretch of machine noise falls on all of them alike; timed back to back in separate
-    cells, the same target's p50 moved by up to 0.5 ms between cells on this machine."""
+    cells, the same target's p50 moved by up to 0.5 ms between cells on this machine.
+    A target's ``rps`` is its requests over the time spent in them (1 / mean latency)."""
     lats: dict[str, list[float]] = {t.name: [] for t in targets}
     rr = {t.name: itertools.cycle(t.urls) for t in targets}
     cell = next(_cell_ids)
     stream = w.mode == "stream"
     cpu0 = {t.name: cpu_now(t.pid) for t in targets}
     deadline = time.perf_counter() + max_s
-    sent = 0
-    for s in itertools.count():
+    sent = s = 0
+    while sent < max_requests and time.perf_counter() < deadline:
         seq = w.sequences[s % len(w.sequences)]
-        headers = {t.name: {"Content-Type": "application/json", **(
-            {TRAJECTORY_HEADER: f"{w.name}-{cell}-{s}-{t.name}"} if w.trajectory else {})} for t in targets}
         url = {t.name: next(rr[t.name]) for t in targets}
         for turn, body in enumerate(seq):
             if sent >= max_requests or time.perf_counter() >= deadline:
-                out = {name: _percentiles(xs) for name, xs in lats.items()}
-                for t in targets:  # each router's CPU per request of its own, here with one client
-                    router_us = cpu_per_request(cpu0[t.name], cpu_now(t.pid), len(lats[t.name])).get("router_cpu_us")
-                    if router_us is not None:
-                        out[t.name]["router_cpu_ms_per_req"] = router_us / 1e3
-                return out
+                break
             k = sent % len(targets)
             for t in targets[k:] + targets[:k]:
-                lat, final = await _send(session, url[t.name], body, stream, headers[t.name])
+                headers = {"Content-Type": "application/json"}
+                if w.trajectory:  # each target's own id for this run of the trajectory
+                    headers[TRAJECTORY_HEADER] = f"{w.name}-{cell}-{s}-{t.name}"
+                lat, final = await _send(session, url[t.name], body, stream, headers)
                 lats[t.name].append(lat)
-                ids = (final or {}).get("output_ids")
-                key = (w.name, s % len(w.sequences), turn)
-                if not isinstance(ids, list) or len(ids) != max_new or expect.setdefault(key, ids) != ids:
-                    raise RuntimeError(f"{w.name} {key} via {t.name}: output ids {ids!r:.200} differ or are not "
-                                       f"{max_new} long")
+                _check(w, (w.name, s % len(w.sequences), turn), final, expect, max_new, t.name)
             sent += 1
-    raise AssertionError("unreachable")
+        s += 1
+    return {t.name: _cell(lats[t.name], sum(lats[t.name]), cpu0[t.name], cpu_now(t.pid)) for t in targets}
 
 
 async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -270,16 +270,17 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
         for w in workloads:
             for phase, conc, max_req, max_s in phases:
                 k = rep % len(targets)
-                one = None
+                rotated = targets[k:] + targets[:k]
                 if phase == "lat_1":
-                    one = await one_client_interleaved(session, targets, w, max_requests=max_req, max_s=max_s,
-                                                       expect=expect, max_new=args.max_new_tokens)
-                for t in targets[k:] + targets[:k]:
-                    if one is not None:
-                        r = one[t.name]
-                    else:
-                        r = await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
-                                              expect=expect, max_new=args.max_new_tokens, pid=t.pid)
+                    cells = await one_client_interleaved(session, rotated, w, max_requests=max_req, max_s=max_s,
+                                                         expect=expect, max_new=args.max_new_tokens)
+                else:
+                    cells = {t.name: await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
+                                                       expect=expect, max_new=args.max_new_tokens, pid=t.pid,
+                                                       workers=t.workers)
+                             for t in rotated}
+                for t in rotated:
+                    r = cells[t.name]
                     r.update(repeat=rep, workload=w.name, mode=w.mode, phase=phase, concurrency=conc,
                              target=t.name)
                     rows.append(r)
@@ -309,10 +310,11 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
             if not tp:
                 continue
             c: dict[str, Any] = {"rps": statistics.median(tp), "p50_1_ms": statistics.median(p50)}
-            cpu = [r["router_cpu_ms_per_req"] for rep in reps
-                   if (r := get(wl, mode, "tp", name, rep)) and "router_cpu_ms_per_req" in r]
-            if cpu:
-                c["cpu_ms_per_req"] = statistics.median(cpu)
+            for field, to in (("router_cpu_ms_per_req", "cpu_ms_per_req"), ("workers_cpu_us", "workers_cpu_us"),
+                              ("workers_busiest_over_mean", "workers_busiest_over_mean")):
+                got = [r[field] for rep in reps if (r := get(wl, mode, "tp", name, rep)) and field in r]
+                if got:
+                    c[to] = statistics.median(got)
             if name != "direct":
                 added = [a["p50_ms"] - d["p50_ms"] for rep in reps
                          if (a := get(wl, mode, "lat_1", name, rep)) and (d := get(wl, mode, "lat_1", "direct", rep))]
@@ -358,6 +360,18 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
         if "relay" in names:
             row.append(f(cell.get("pearl", {}).get("over_relay_p50_1_ms"), "+.2f"))
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Where the work went in the throughput cells (CPU per request from /proc, medians over "
+              "repeats; workers busiest / mean: the busiest worker's CPU over the workers' mean, 1.00 when "
+              "the router spread the work evenly):", "",
+              "| workload | mode | target | router CPU ms/req | workers CPU ms/req | workers busiest / mean |",
+              "|---|---|---|---|---|---|"]
+    for key, cell in summary.items():
+        wl, mode = key.split("/")
+        for n in names:
+            c = cell.get(n, {})
+            workers = c.get("workers_cpu_us")
+            lines.append(f"| {wl} | {mode} | {n} | {f(c.get('cpu_ms_per_req'))} | "
+                         f"{f(None if workers is None else workers / 1e3)} | {f(c.get('workers_busiest_over_mean'))} |")
     return "\n".join(lines) + "\n"
 
 
