@@ -15,6 +15,8 @@ import asyncio
 import itertools
 from urllib.parse import urlparse
 
+from pearl_sglang.workers.addresses import check_worker_url
+
 _HIGH = 1 << 20  # pause the reading side once the other side buffers this much
 
 
@@ -91,8 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     upstreams = []
     for url in args.upstream:
+        try:
+            check_worker_url(url)
+        except ValueError as e:
+            ap.error(str(e))
         parts = urlparse(url)
-        upstreams.append((parts.hostname or "127.0.0.1", parts.port or 80))
+        upstreams.append((parts.hostname, parts.port or 80))
     try:
         import uvloop
         uvloop.run(serve(args.host, args.port, upstreams))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from types import SimpleNamespace
 
 import aiohttp
@@ -13,12 +12,7 @@ from aiohttp import web
 
 from benchmarks.harness import relay
 from benchmarks.router_agentic import Workload, one_client_interleaved
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pearl_sglang.control.processes import free_port
 
 
 async def _upstream(name: str, seen: list[tuple[str, bytes]]) -> tuple[web.AppRunner, str]:
@@ -43,7 +37,7 @@ async def _upstream(name: str, seen: list[tuple[str, bytes]]) -> tuple[web.AppRu
     app.router.add_post("/generate", generate)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner, f"http://127.0.0.1:{port}"
 
@@ -51,7 +45,7 @@ async def _upstream(name: str, seen: list[tuple[str, bytes]]) -> tuple[web.AppRu
 async def test_the_relay_copies_every_byte_and_takes_the_upstreams_in_turn_per_connection():
     seen: list[tuple[str, bytes]] = []
     ups = [await _upstream(n, seen) for n in ("a", "b")]
-    port = _port()
+    port = free_port()
     task = asyncio.ensure_future(relay.serve("127.0.0.1", port, [("127.0.0.1", int(u.rsplit(":", 1)[1]))
                                                                   for _, u in ups]))
     try:
