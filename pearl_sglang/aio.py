@@ -18,3 +18,10 @@ async def gather_settled(*aws: Awaitable[Any]) -> list[Any]:
     gathered = asyncio.gather(*aws, return_exceptions=True)
     gathered.add_done_callback(retrieve_outcome)
     return await gathered
+
+
+async def cancel_all(tasks: list[asyncio.Future]) -> None:
+    """Cancel ``tasks`` and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    await gather_settled(*tasks)

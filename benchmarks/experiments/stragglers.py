@@ -28,6 +28,11 @@ Variants (each on both systems):
 ``--pd-mode disaggregated`` runs the same grid on PD pools (the decision engine's ratio;
 isolation then places a straggler's prefill and decode, ``choose_pair_isolated``).
 
+``--segments 1,2,3`` runs the grid on the elastic replays' systems instead
+(``TRACE_SYSTEMS``): RLBoost+ (2 reserved TP2 workers, colocated, preemptible workers
+joining and leaving with a segment of the Bamboo trace) and PEARL (the same, with PD
+adaptivity and gated borrowing): capacity that comes and goes mid-step.
+
 The mechanism columns: for the step's last trajectory to finish, its time in requests
 over what the same turns take alone on an idle worker (its contention), and the same for
 the other trajectories of the step's last tenth; whether the last one was among the
@@ -43,13 +48,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 from benchmarks.experiments import fixed
 from benchmarks.experiments.floor import over_floor, replay_config, trajectory_floor_s
 from benchmarks.experiments.report import md_table, write
 from benchmarks.experiments.runner import Job, arg_parser, results_name, run_jobs
+from benchmarks.harness.replay import ReplayConfig
+from benchmarks.harness.systems import SEGMENTS
 from pearl_sglang.core.straggler_isolation import IsolationConfig
 from pearl_sglang.emulator.profile import load_profile
 from pearl_sglang.workload.swe import SweSampler
@@ -58,6 +65,10 @@ NAME = "stragglers"
 # System -> what the table adds to the pool's name.
 SYSTEM_LABELS = {"pearl-no-borrow": "", "pearl": " + borrowing"}
 SYSTEMS = tuple(SYSTEM_LABELS)
+# The elastic replays' systems (``--segments``): system -> its name in the table.
+TRACE_SYSTEMS = {"rlboost": "RLBoost+", "pearl": "PEARL"}
+# How long a trace pool's replay may run at most (virtual minutes): its steps end it sooner.
+TRACE_WINDOW_MIN = 120.0
 PD_MODES = ("colocated", "disaggregated")
 PRIORITY_ARGS = ("--enable-priority-scheduling",)
 # The share of each batch a carry-over step waits for: the examples' value (docs/adapter.md).
@@ -86,12 +97,33 @@ SWEEP_VARIANTS: dict[str, dict[str, Any]] = {
 ALL_VARIANTS = {**VARIANTS, **SWEEP_VARIANTS}
 
 
-def job(gpus: int, batch: int, variant: str, *, steps: int, preset: str, system: str = SYSTEMS[0],
-        seed: int = 0, pd_mode: str = "colocated") -> Job:
+@dataclass(frozen=True)
+class Pool:
+    """One column of the grid: a fixed pool of ``gpus`` reserved rollout GPUs, or the
+    system's own deployment following trace ``segment`` (preemptible workers)."""
+    system: str
+    gpus: int | None = None
+    segment: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.segment is None:
+            return f"{self.gpus} GPUs{SYSTEM_LABELS[self.system]}"
+        return f"{TRACE_SYSTEMS[self.system]}, segment {self.segment}"
+
+
+def job(pool: Pool, batch: int, variant: str, *, steps: int, preset: str, seed: int = 0,
+        pd_mode: str = "colocated") -> Job:
     """``seed``: the workload's draw (other trajectories from the same distributions);
-    ``pd_mode``: ``colocated``, or ``disaggregated`` (prefill and decode workers, the
-    decision engine's ratio for the pool)."""
-    base = fixed.job(gpus=gpus, pd_mode=pd_mode, batch=batch, steps=steps, preset=preset, system=system)
+    ``pd_mode`` (fixed pools): ``colocated``, or ``disaggregated`` (prefill and decode
+    workers, the decision engine's ratio for the pool)."""
+    if pool.segment is None:
+        base = fixed.job(gpus=pool.gpus, pd_mode=pd_mode, batch=batch, steps=steps, preset=preset,
+                         system=pool.system)
+    else:
+        base = Job(f"{pool.system}-seg{pool.segment}-b{batch}-s{steps}",
+                   ReplayConfig(system=pool.system, segment=pool.segment, minutes=TRACE_WINDOW_MIN,
+                                batch_size=batch, steps=steps, preset=preset))
     name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
     return Job(name, replace(base.config, seed=seed, **ALL_VARIANTS[variant]))
 
@@ -195,14 +227,27 @@ def carry_cost(result: dict[str, Any]) -> dict[str, Any] | None:
             "thrown_away_tokens": generated - kept, "thrown_away_share": (generated - kept) / max(1, generated)}
 
 
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(dict.fromkeys(int(x) for x in text.split(",")))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers, got {text!r}") from None
-    if any(x < 0 for x in seeds):
-        raise argparse.ArgumentTypeError(f"--seeds must be non-negative, got {text!r}")
-    return seeds
+def _integers(option: str) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: comma-separated non-negative integers, duplicates dropped."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(dict.fromkeys(int(x) for x in text.split(",")))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} takes comma-separated integers, got {text!r}") from None
+        if any(x < 0 for x in values):
+            raise argparse.ArgumentTypeError(f"{option} must be non-negative, got {text!r}")
+        return values
+    return parse
+
+
+_seeds = _integers("--seeds")
+
+
+def _segments(text: str) -> tuple[int, ...]:
+    segments = _integers("--segments")(text)
+    if set(segments) - set(SEGMENTS):
+        raise argparse.ArgumentTypeError(f"--segments are the trace's {', '.join(map(str, SEGMENTS))}, got {text!r}")
+    return segments
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,41 +261,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=_seeds, default=(0,),
                         help="comma-separated workload draws, each cell run once per draw and the cut taken "
                              "from the means (default 0; the first draw's runs give the detailed table)")
+    parser.add_argument("--segments", type=_segments, default=(),
+                        help="comma-separated Bamboo trace segments: run RLBoost+ and PEARL with preemptible "
+                             "workers following each instead of the fixed pools (results go to "
+                             "results/stragglers[-quick][-<preset>]-trace/)")
     args = parser.parse_args(argv)
+    if args.segments and args.pd_mode != PD_MODES[0]:
+        parser.error("--segments runs the systems' own PD modes (RLBoost+ colocated, PEARL adaptive): "
+                     "leave out --pd-mode")
     variants = ["off"] + [v for v in ALL_VARIANTS if v != "off" and v in args.variants.split(",")]
     unknown = set(args.variants.split(",")) - set(ALL_VARIANTS)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
-    pools, batch, steps = (((8, 16), 32, 2) if args.quick else ((8, 16), 64, 3))
+    batch, steps = (32, 2) if args.quick else (64, 3)
+    if args.segments:
+        pools = [Pool(system, segment=seg) for seg, system in itertools.product(args.segments, TRACE_SYSTEMS)]
+    else:
+        pools = [Pool(system, gpus=g) for system, g in itertools.product(SYSTEMS, (8, 16))]
     name = results_name(NAME, quick=args.quick, preset=args.preset)
-    name += "" if args.pd_mode == PD_MODES[0] else f"-{args.pd_mode}"
-    grid = {(system, g, v, seed): job(g, batch, v, steps=steps, preset=args.preset, system=system, seed=seed,
-                                      pd_mode=args.pd_mode)
-            for system, g, v, seed in itertools.product(SYSTEMS, pools, variants, args.seeds)}
+    name += "-trace" if args.segments else "" if args.pd_mode == PD_MODES[0] else f"-{args.pd_mode}"
+    grid = {(pool, v, seed): job(pool, batch, v, steps=steps, preset=args.preset, seed=seed, pd_mode=args.pd_mode)
+            for pool, v, seed in itertools.product(pools, variants, args.seeds)}
     results = run_jobs(name, list(grid.values()), parallel=args.parallel)
     rows, cells, costs, means = [], [], [], []
-    for system, g in itertools.product(SYSTEMS, pools):
-        pool = f"{g} GPUs{SYSTEM_LABELS[system]}"
+    for pool in pools:
         first = args.seeds[0]
-        off = results[grid[(system, g, "off", first)].name]
+        off = results[grid[(pool, "off", first)].name]
         off_floor, off_tput = over_floor(off), off["summary"]["mean_throughput_tok_s"]
         off_mean_floor = off_mean_tput = 0.0
         for v in variants:
-            per_seed = [results[grid[(system, g, v, seed)].name] for seed in args.seeds]
+            per_seed = [results[grid[(pool, v, seed)].name] for seed in args.seeds]
             floors = [over_floor(r) for r in per_seed]
             tputs = [r["summary"]["mean_throughput_tok_s"] for r in per_seed]
             mean_floor, mean_tput = sum(floors) / len(floors), sum(tputs) / len(tputs)
             if v == "off":
                 off_mean_floor, off_mean_tput = mean_floor, mean_tput
             mean_cut = (off_mean_floor - mean_floor) / (off_mean_floor - 1.0) if off_mean_floor > 1.0 else 0.0
-            means.append({"system": system, "gpus": g, "variant": v, "seeds": list(args.seeds),
+            means.append({"system": pool.system, "gpus": pool.gpus, "segment": pool.segment, "pool": pool.label,
+                          "variant": v, "seeds": list(args.seeds),
                           "rollout_over_floor": floors, "mean_rollout_over_floor": mean_floor,
                           "cut_of_distance_to_1": mean_cut, "tok_s": tputs, "mean_tok_s": mean_tput,
                           "tok_s_vs_off": mean_tput / off_mean_tput})
             r, of, tput = per_seed[0], floors[0], tputs[0]
             cut = (off_floor - of) / (off_floor - 1.0) if off_floor > 1.0 else 0.0
             mech, busy, cost, hits = tail_mechanism(r), busy_share(r), carry_cost(r), prediction_hits(r)
-            cells.append({"system": system, "gpus": g, "variant": v, "seed": first, "rollout_over_floor": of,
+            cells.append({"system": pool.system, "gpus": pool.gpus, "segment": pool.segment, "pool": pool.label,
+                          "variant": v, "seed": first, "rollout_over_floor": of,
                           "cut_of_distance_to_1": cut, "tok_s": tput, "tok_s_vs_off": tput / off_tput,
                           "rollout_tok_s": r["summary"]["rollout_throughput_tok_s"],
                           "rollout_s": [s["rollout_s"] for s in r["steps"]], "tail": mech,
@@ -263,30 +319,38 @@ def main(argv: list[str] | None = None) -> int:
                                       for m in mech)
             predicted = "; ".join(" / ".join("-" if h[key] is None else f"{h[key]:.0%}"
                                              for key in ("hits", "tail_hits")) for h in hits)
-            rows.append([pool, v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
+            rows.append([pool.label, v, f"{of:.3f}", "-" if v == "off" else f"{cut:+.0%}", f"{tput:.0f}",
                          "-" if v == "off" else f"{tput / off_tput:.3f}", f"{r['summary']['mean_step_s']:.0f}",
                          ", ".join(f"{s['rollout_s']:.0f}" for s in r["steps"][1:]),
                          ", ".join(f"{lo:.0%}-{hi:.0%}" for lo, hi in busy), last, tail, cut_by_budget,
                          predicted])
             if cost is not None:
                 stale = ", ".join(f"{k}: {share:.1%}" for k, share in cost["tokens_by_staleness"].items())
-                costs.append([pool, v, ", ".join(map(str, cost["carried_in"])), stale,
+                costs.append([pool.label, v, ", ".join(map(str, cost["carried_in"])), stale,
                               f"{cost['thrown_away_tokens']} ({cost['thrown_away_share']:.1%})"])
     seeds = " / ".join(map(str, args.seeds))
     over_seeds = ("" if len(args.seeds) < 2 else
                   f"\n\nOver the workload draws (seeds {seeds}; one replay each; `cut` from the means):\n\n"
                   + md_table(["pool", "variant", f"rollout / floor, seeds {seeds}", "mean", "cut",
                               "step tok/s, mean", "vs off"],
-                             [[f"{m['gpus']} GPUs{SYSTEM_LABELS[m['system']]}", m["variant"],
+                             [[m["pool"], m["variant"],
                                " / ".join(f"{x:.3f}" for x in m["rollout_over_floor"]),
                                f"{m['mean_rollout_over_floor']:.3f}",
                                "-" if m["variant"] == "off" else f"{m['cut_of_distance_to_1']:+.0%}",
                                f"{m['mean_tok_s']:.0f}", "-" if m["variant"] == "off" else f"{m['tok_s_vs_off']:.3f}"]
                               for m in means]))
-    pools_of = "Colocated pools" if args.pd_mode == PD_MODES[0] else "Disaggregated pools (the decision engine's P:D)"
-    md = (f"# Stragglers first (ablation)\n\n{pools_of} of reserved GPUs (TP2 workers): fixed "
-          f"(`pearl-no-borrow`), and with PEARL's gated borrowing of the 16 training GPUs (`+ borrowing`, "
-          f"`pearl`: 8 more workers once the trainer is idle, mid-step). Qwen3-8B, batch {batch}, "
+    if args.segments:
+        pools_of = (f"The elastic replays' systems on segments {', '.join(map(str, args.segments))} of the Bamboo "
+                    f"trace: RLBoost+ (`rlboost`: 4 reserved GPUs, colocated, 0-6 preemptible TP2 workers joining "
+                    f"and leaving with the trace) and PEARL (`pearl`: the same with PD adaptivity and gated "
+                    f"borrowing of the 16 training GPUs, 8 more workers once the trainer is idle, mid-step).")
+    else:
+        pools_of = ("Colocated pools" if args.pd_mode == PD_MODES[0] else
+                    "Disaggregated pools (the decision engine's P:D)")
+        pools_of += (" of reserved GPUs (TP2 workers): fixed (`pearl-no-borrow`), and with PEARL's gated "
+                     "borrowing of the 16 training GPUs (`+ borrowing`, `pearl`: 8 more workers once the trainer "
+                     "is idle, mid-step).")
+    md = (f"# Stragglers first (ablation)\n\n{pools_of} Qwen3-8B, batch {batch}, "
           f"preset `{args.preset}`, {steps} steps (the first excluded), workload seed {args.seeds[0]}. "
           f"`cut`: the share of the distance from `off`'s rollout/floor to 1.0 that the variant removes "
           f"(the issue asks for at least a third, with no throughput loss). Contention: a trajectory's "
@@ -310,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
              + md_table(["pool", "variant", "carried in (measured steps)", "tokens by versions behind",
                          "generated, never trained"], costs) if costs else "")
           + over_seeds)
-    write(name, {"preset": args.preset, "batch": batch, "steps": steps, "pools": pools, "systems": SYSTEMS,
+    write(name, {"preset": args.preset, "batch": batch, "steps": steps, "pools": [p.label for p in pools],
+                 "systems": list(dict.fromkeys(p.system for p in pools)),
                  "seeds": list(args.seeds), "cells": cells, "over_seeds": means}, md)
     return 0

@@ -26,6 +26,11 @@ from pearl_sglang.core.state import Role
 _BIND_ATTEMPTS = 5
 
 
+def phases(slot: int, worker: Worker) -> dict:
+    """A worker's tokens and seconds by phase (``emulator.stats``), with its slot and TP size."""
+    return {"slot": slot, "tp_size": worker.profile.tp_size, **worker.engine.stats.phases()}
+
+
 @dataclass
 class _Running:
     runners: list
@@ -40,6 +45,9 @@ class InProcessEmulatorLauncher:
     host: str = "127.0.0.1"
     in_process_pd: bool = False
     launches: int = 0
+    # What each stopped worker did (``emulator.stats`` phases, by slot): a replay counts
+    # the tokens of workers that left (preemption, reconfiguration) beside the running ones.
+    retired: list[dict] = field(default_factory=list)
     _running: dict[int, _Running] = field(default_factory=dict)
     _by_endpoint: dict[str, Worker] = field(default_factory=dict)
     _ports: PortPool = field(default_factory=PortPool)
@@ -95,6 +103,7 @@ class InProcessEmulatorLauncher:
         if running is None:
             return
         self._by_endpoint.pop(running.endpoint, None)
+        self.retired.append(phases(slot, running.worker))
         running.worker.close()
         if self.in_process_pd:  # its bootstrap address goes away with it, as its server does
             config = running.worker.engine.config

@@ -52,9 +52,10 @@ from benchmarks.harness.recording import Recorder, summarize
 from benchmarks.harness.systems import (ROLL_LARGE_GPUS, SEGMENT_LENGTH_S, SEGMENTS, System, core_profile, model,
                                         system)
 from pearl_rl_adapter import AsyncPearlClient, ClientConfig
-from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher
+from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher, phases
 from benchmarks.harness.in_process_front_door import InProcessFrontDoor
 from benchmarks.harness.in_process_transport import InProcessTransport
+from pearl_sglang.aio import cancel_all
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
@@ -250,35 +251,35 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
             await _wait_ready(store)
             boot_s = loop.time()
             async with AsyncPearlClient(url, config=client_config) as client:
-                t0 = loop.time()
-                recorder = Recorder(client, t0, window_s, verbose=verbose)
-                workload = config.sweworkload()
-                driver = AgenticRLDriver(
-                    url, workload=workload,
-                    trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
-                    config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
-                                        carry_over_share=config.carry_over_share,
-                                        turns_hint_sigma=config.turns_hint_sigma),
-                    time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
-                    on_step=recorder.on_step, front_door=_front_door(config, app))
-                replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
-                if replayer is not None:
-                    tasks.append(asyncio.ensure_future(replayer.run()))
-                tasks.append(asyncio.ensure_future(recorder.sample_forever(config.sample_every_s)))
+                try:
+                    t0 = loop.time()
+                    recorder = Recorder(client, t0, window_s, verbose=verbose)
+                    workload = config.sweworkload()
+                    driver = AgenticRLDriver(
+                        url, workload=workload,
+                        trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
+                        config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
+                                            carry_over_share=config.carry_over_share,
+                                            turns_hint_sigma=config.turns_hint_sigma),
+                        time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
+                        on_step=recorder.on_step, front_door=_front_door(config, app))
+                    replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
+                    if replayer is not None:
+                        tasks.append(asyncio.ensure_future(replayer.run()))
+                    tasks.append(asyncio.ensure_future(recorder.sample_forever(config.sample_every_s)))
 
-                async def stop_after_window() -> None:
-                    await asyncio.sleep(window_s)
-                    driver.stop()
+                    async def stop_after_window() -> None:
+                        await asyncio.sleep(window_s)
+                        driver.stop()
 
-                tasks.append(asyncio.ensure_future(stop_after_window()))
-                await driver.run()
-                end_s = loop.time() - t0
-                final_state = recorder.last_state
-                engines = engine_phases(launchers)
+                    tasks.append(asyncio.ensure_future(stop_after_window()))
+                    await driver.run()
+                    end_s = loop.time() - t0
+                    final_state = recorder.last_state
+                    engines = engine_phases(launchers)
+                finally:  # before the client closes: what the run left running ends with it
+                    await cancel_all(tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await runner.cleanup()
     stats = loop.stats if isinstance(loop, vtime.VirtualTimeLoop) else None
     control = (final_state or {}).get("control") or {}
@@ -305,9 +306,10 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
 
 
 def engine_phases(launchers: list[InProcessEmulatorLauncher]) -> list[dict[str, Any]]:
-    """Each running emulated worker's tokens and seconds by phase (``emulator.stats``)."""
-    return [{"slot": slot, "tp_size": lc.worker(slot).profile.tp_size, **lc.worker(slot).engine.stats.phases()}
-            for lc in launchers for slot in lc.slots()]
+    """Each emulated worker's tokens and seconds by phase (``emulator.stats``): the running
+    ones, then those stopped during the run (``"stopped": True``; preempted or relaunched)."""
+    return ([phases(slot, lc.worker(slot)) for lc in launchers for slot in lc.slots()]
+            + [{**p, "stopped": True} for lc in launchers for p in lc.retired])
 
 
 # Prompts are lists of ~10^4 ints, and every young-generation collection traverses the

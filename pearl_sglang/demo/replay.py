@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass, field
 
 from pearl_rl_adapter import AsyncPearlClient, PearlError
+from pearl_sglang.aio import cancel_all, gather_settled
 from pearl_sglang.demo.answers import AnswerLog, check_join, check_leave
 from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trace import WorkerTarget
@@ -33,14 +34,22 @@ class TraceReplayer:
     _next_node: int = 0
 
     async def run(self) -> None:
+        """Issue the trace's changes, then wait for the joins' answers. Cancelled (the
+        replay ended), it cancels the joins still waiting for admission: they have no
+        answer to check."""
         start = self.time.now()
-        for target in self.targets:
-            await self.time.wait(target.t_s - (self.time.now() - start))
-            while len(self.joined) < target.workers:
-                await self._join()
-            while len(self.joined) > target.workers:
-                await self._leave()
-            self.events.append((target.t_s, "target", target.workers))
+        try:
+            for target in self.targets:
+                await self.time.wait(target.t_s - (self.time.now() - start))
+                while len(self.joined) < target.workers:
+                    await self._join()
+                while len(self.joined) > target.workers:
+                    await self._leave()
+                self.events.append((target.t_s, "target", target.workers))
+            await gather_settled(*(task for _, task in self.joined))
+        except asyncio.CancelledError:
+            await cancel_all([task for _, task in self.joined])
+            raise
 
     async def _join(self) -> None:
         node = f"spot{self._next_node}"
@@ -72,6 +81,3 @@ class TraceReplayer:
         if wrong is not None:
             log.warning("wrong answer: %s", wrong)
             self.answers.wrong.append(wrong)
-
-    async def drain(self) -> None:
-        await asyncio.gather(*(t for _, t in self.joined), return_exceptions=True)

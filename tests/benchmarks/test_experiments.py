@@ -8,6 +8,7 @@ import pytest
 from dataclasses import asdict, replace
 
 from benchmarks.experiments import fixed, floor, report, runner
+from benchmarks.harness.replay import resolve_system
 
 TINY = {"minutes": 10, "group_size": 4, "train_step_s": 60, "workload": {"turns_median": 4, "turns_max": 6}}
 
@@ -162,6 +163,25 @@ def test_the_stragglers_ablation_compares_each_mechanism_on_the_same_pools():
     for bad in ("1,x", "-1", ""):
         with pytest.raises(SystemExit):
             runner.plan_jobs(stragglers.main, ["--quick", "--seeds", bad])
+
+
+def test_the_stragglers_ablation_runs_rlboost_and_pearl_on_trace_segments():
+    """``--segments``: the elastic replays' systems, their preemptible workers following the
+    trace, with the same variants; only the system and the segment differ between cells."""
+    from benchmarks.experiments import stragglers
+
+    [(name, _, jobs)] = runner.plan_jobs(stragglers.main, ["--quick", "--segments", "1,3", "--variants", "isolation"])
+    assert name == "stragglers-quick-trace" and len(jobs) == 2 * 2 * 2
+    by_name = {j.name: j.config for j in jobs}
+    off = by_name["rlboost-seg1-b32-s2"]
+    assert (off.system, off.segment, off.batch_size, off.steps) == ("rlboost", 1, 32, 2)
+    assert off.follow_trace is None and off.dedicated_gpus is None and off.pd_mode is None
+    assert resolve_system(off).follows_trace and resolve_system(off).pd_mode == "colocated"
+    assert replace(by_name["pearl-seg3-b32-s2-isolation"], system="rlboost", segment=1, router={}) == off
+    assert by_name["pearl-seg3-b32-s2-isolation"].router == {"straggler_isolation": True}
+    for bad in (["--segments", "4"], ["--segments", "1", "--pd-mode", "disaggregated"]):
+        with pytest.raises(SystemExit):
+            runner.plan_jobs(stragglers.main, ["--quick", *bad])
 
 
 def test_the_stragglers_table_takes_the_cut_from_the_means_over_seeds(tmp_path, monkeypatch):

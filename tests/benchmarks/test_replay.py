@@ -33,6 +33,10 @@ def test_tiny_replay_finishes_steps_quickly(name):
     # the machine is shared (under a load of 8 the same run took ~35 s real).
     assert result["run"]["cpu_s"] < 20, result["run"]
     assert real < 120, f"replay took {real:.1f} s real"
+    # Every launched worker's tokens count, those of workers that left during the run too.
+    engines = result["engines"]
+    assert len(engines) == result["launches"] and any(e.get("stopped") for e in engines)
+    assert sum(e["generated_tokens"] for e in engines) >= sum(s["generated_tokens"] for s in result["steps"])
     if name == "rlboost":
         assert result["trace"]["targets"], "rlboost follows the preemptible trace"
         assert not any(s["borrowing"] for s in result["steps"])
