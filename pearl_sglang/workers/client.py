@@ -10,7 +10,11 @@ place (``status_error``).
 
 Every ``/generate`` goes to workers as a stream, even when the client asked for one JSON
 reply: the router then holds every token the worker reported, so a worker that dies
-without answering (SGLang's scheduler can crash) loses nothing already generated.
+without answering (SGLang's scheduler can crash) loses nothing already generated. The one
+exception is a turn for such a client whose token budget fits one stream interval
+(``one_interval``): its stream would report at most its first token before its end
+(SGLang sends that at once, then a chunk every interval), so it is asked for the one
+document, which spares the worker and the router the stream's framing.
 
 The dispatcher reaches workers through a ``WorkerTransport``: a ``WorkerClient`` for real
 servers; the benchmark harness plugs in emulated workers that run in its own process
@@ -109,6 +113,41 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
         raise WorkerUnavailable(worker, "stream ended without [DONE]")
 
 
+def one_interval(body: dict[str, Any]) -> bool:
+    """Whether a ``/generate`` body's token budget fits one stream interval (its stream
+    would end with the chunk that reports its first interval)."""
+    sampling = body.get("sampling_params")
+    if not isinstance(sampling, dict):
+        return False
+    budget, interval = sampling.get("max_new_tokens"), sampling.get("stream_interval")
+    return type(budget) is int and type(interval) is int and 0 <= budget <= interval
+
+
+async def generate_whole(connections: WorkerConnections, *, slot: int, url: str,
+                         body: dict[str, Any], timeouts: Timeouts) -> AsyncIterator[dict[str, Any]]:
+    """The worker's answer as one document (``stream`` false): what its stream would end
+    with. Yields it once, with the failures of ``stream_generate``."""
+    worker = str(slot)
+    conn = None
+    try:
+        conn = await connections.post(url, "/generate", fastjson.dumps({**body, "stream": False}),
+                                      read_s=timeouts.chunk_s)
+        answer = await conn.read_all()
+        if conn.status >= 400:
+            raise status_error(worker, conn.status, answer, conn.headers.get("content-type", "application/json"))
+        document = fastjson.loads(answer)
+    except ReadTimeout as e:
+        raise WorkerStalled(worker, f"no answer for {timeouts.chunk_s:.0f}s (stall bound)") from e
+    except (ConnectFailed, ConnectionError, ValueError) as e:
+        raise WorkerUnavailable(worker, f"answer broke: {e!r}") from e
+    finally:
+        if conn is not None:
+            connections.release(conn)
+    if not isinstance(document, dict) or not isinstance(document.get("meta_info"), dict):
+        raise WorkerFailed(worker, "a /generate answer without meta_info")
+    yield document
+
+
 class WorkerTransport(Protocol):
     """The calls the dispatcher makes to a worker, with the failures of ``errors.py``. A
     body's ``input_ids`` may be ``EncodedIds`` (ids kept as their JSON text): ``fastjson``
@@ -144,8 +183,10 @@ class WorkerClient:
     # -- the data path (WorkerTransport) ---------------------------------------------------
     def stream_generate(self, *, slot: int, url: str, body: dict[str, Any],
                         every_chunk: bool = True) -> AsyncIterator[dict[str, Any]]:
-        """Every chunk either way: the worker sends them all over the connection."""
-        return stream_generate(self.connections, slot=slot, url=url, body=body, timeouts=self.timeouts)
+        """Every chunk the worker sends; without ``every_chunk``, a budget of one stream
+        interval is asked for as one document instead (``one_interval``)."""
+        call = stream_generate if every_chunk or not one_interval(body) else generate_whole
+        return call(self.connections, slot=slot, url=url, body=body, timeouts=self.timeouts)
 
     async def post_json(self, *, slot: int, url: str, path: str, body: Any) -> Any:
         """A prefill or tokenizer call that answers with one JSON document (or none)."""

@@ -12,6 +12,7 @@ from pearl_sglang.server.compose import build_app
 from pearl_sglang.router.config import RouterConfig, Security
 from pearl_sglang.router.connections import start_site
 from pearl_sglang.router.state import ROUTER
+from pearl_sglang.workers import client
 
 ADMIN_TOKEN = "test-admin-token"
 
@@ -36,3 +37,17 @@ def admin_headers():
 def with_limits(**kw) -> RouterConfig:
     base = RouterConfig(security=Security(admin_token=ADMIN_TOKEN), health_interval_s=3600)
     return replace(base, limits=replace(base.limits, **kw))
+
+
+@pytest.fixture
+def whole_calls(monkeypatch):
+    """The bodies the router sent to workers as one-document calls (``client.generate_whole``)."""
+    calls = []
+    real = client.generate_whole
+
+    def spy(connections, *, slot, url, body, timeouts):
+        calls.append(body)
+        return real(connections, slot=slot, url=url, body=body, timeouts=timeouts)
+
+    monkeypatch.setattr(client, "generate_whole", spy)
+    return calls

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
 
 from pearl_sglang.core.state import Role
+from pearl_sglang.router.config import RouterConfig
+from pearl_sglang.router.dispatch import DispatchConfig
 from benchmarks.harness.servers import wait_all_healthy
 from tests.router.conftest import running_router
 from tests.support.workers import WorkerLauncher
@@ -42,7 +45,8 @@ async def _sse(url, body, timeout=120):
     return events
 
 
-async def test_colocated_generate_equals_direct(real):
+async def test_colocated_generate_equals_direct(real, whole_calls):
+    """A waiting client's turn within one stream interval (12 tokens) is one document."""
     worker, _ = real
     body = {"text": "the agent opens the file", "sampling_params": GREEDY}
     direct = (await _post(worker.url + "/generate", body)).json()
@@ -57,6 +61,7 @@ async def test_colocated_generate_equals_direct(real):
     assert routed["meta_info"]["weight_versions"] == [{"version": "default", "start": 0, "end": 12}]
     assert [o["meta_info"]["id"] for o in batch] == ["b_0", "b_1", "b_2", "b_3"]
     assert batch[0]["output_ids"] == batch[1]["output_ids"]  # greedy samples of one prompt
+    assert len(whole_calls) == 5
 
 
 async def test_colocated_streaming(real):
@@ -125,13 +130,16 @@ async def test_openai_client_chat_and_completions(real):
             await client.close()
 
 
-async def test_abort_is_forwarded_and_keeps_partial_output(real):
+@pytest.mark.parametrize("interval", [DispatchConfig.internal_stream_interval, 3000])
+async def test_abort_is_forwarded_and_keeps_partial_output(real, whole_calls, interval):
+    """Streamed from the workers, and (an interval as long as the turn) as one document."""
     worker, pair = real
     body = {"text": "a long answer", "rid": "router-abort",
             "sampling_params": {"temperature": 0, "max_new_tokens": 3000, "ignore_eos": True}}
+    config = RouterConfig(health_interval_s=3600, dispatch=replace(DispatchConfig(), internal_stream_interval=interval))
     for workers in ({"regular": [worker.url]},
                     {"prefill": [(pair.prefill_url, pair.prefill_bootstrap_port)], "decode": [pair.decode_url]}):
-        async with running_router(**workers) as (url, app, _):
+        async with running_router(**workers, config=config) as (url, app, _):
             task = asyncio.ensure_future(_post(url + "/generate", body))
             await asyncio.sleep(1.5)
             r = await _post(url + "/abort_request", {"rid": "router-ab"})  # a prefix of the rid
@@ -139,6 +147,10 @@ async def test_abort_is_forwarded_and_keeps_partial_output(real):
             out = (await task).json()
         assert out["meta_info"]["finish_reason"]["type"] == "abort"
         assert 0 < len(out["output_ids"]) < 3000
+    # The colocated worker's and the pair's decode's (a pair right after another test's
+    # abort may take more than one attempt).
+    pd = [c.get("bootstrap_room") is not None for c in whole_calls]
+    assert (not pd[0] and any(pd)) if interval == 3000 else not whole_calls
 
 
 async def test_killed_worker_request_completes_elsewhere_token_exact(real, tiny_model_dir, tmp_path):
