@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable
+import contextlib
+from typing import Any, AsyncIterator, Awaitable
 
 
 def retrieve_outcome(future: asyncio.Future) -> None:
@@ -25,3 +26,12 @@ async def cancel_all(tasks: list[asyncio.Future]) -> None:
     for task in tasks:
         task.cancel()
     await gather_settled(*tasks)
+
+
+@contextlib.asynccontextmanager
+async def cancelled_at_exit(tasks: list[asyncio.Future]) -> AsyncIterator[list[asyncio.Future]]:
+    """A block whose end cancels ``tasks`` (those added to it by then) and waits for them."""
+    try:
+        yield tasks
+    finally:
+        await cancel_all(tasks)

@@ -55,7 +55,7 @@ from pearl_rl_adapter import AsyncPearlClient, ClientConfig
 from benchmarks.harness.emulator_launcher import InProcessEmulatorLauncher, phases
 from benchmarks.harness.in_process_front_door import InProcessFrontDoor
 from benchmarks.harness.in_process_transport import InProcessTransport
-from pearl_sglang.aio import cancel_all
+from pearl_sglang.aio import cancelled_at_exit
 from pearl_sglang.control.cluster_config import ClusterConfig
 from pearl_sglang.core.state import Activity, StateTable
 from pearl_sglang.demo.replay import TraceReplayer
@@ -250,35 +250,33 @@ async def replay_async(config: ReplayConfig, *, verbose: bool = False) -> dict[s
         try:
             await _wait_ready(store)
             boot_s = loop.time()
-            async with AsyncPearlClient(url, config=client_config) as client:
-                try:
-                    t0 = loop.time()
-                    recorder = Recorder(client, t0, window_s, verbose=verbose)
-                    workload = config.sweworkload()
-                    driver = AgenticRLDriver(
-                        url, workload=workload,
-                        trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
-                        config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
-                                            carry_over_share=config.carry_over_share,
-                                            turns_hint_sigma=config.turns_hint_sigma),
-                        time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
-                        on_step=recorder.on_step, front_door=_front_door(config, app))
-                    replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
-                    if replayer is not None:
-                        tasks.append(asyncio.ensure_future(replayer.run()))
-                    tasks.append(asyncio.ensure_future(recorder.sample_forever(config.sample_every_s)))
+            # Leaving the block cancels what the run left running, then closes the client.
+            async with AsyncPearlClient(url, config=client_config) as client, cancelled_at_exit(tasks):
+                t0 = loop.time()
+                recorder = Recorder(client, t0, window_s, verbose=verbose)
+                workload = config.sweworkload()
+                driver = AgenticRLDriver(
+                    url, workload=workload,
+                    trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s or m.train_step_s),
+                    config=DriverConfig(request_timeout_s=config.request_timeout_s, steps=config.steps,
+                                        carry_over_share=config.carry_over_share,
+                                        turns_hint_sigma=config.turns_hint_sigma),
+                    time=EmulatedTime(), hooks=admin_hooks(client, model_path=str(model_dir), run_id=sysdef.name),
+                    on_step=recorder.on_step, front_door=_front_door(config, app))
+                replayer = TraceReplayer(client, targets, EmulatedTime()) if targets else None
+                if replayer is not None:
+                    tasks.append(asyncio.ensure_future(replayer.run()))
+                tasks.append(asyncio.ensure_future(recorder.sample_forever(config.sample_every_s)))
 
-                    async def stop_after_window() -> None:
-                        await asyncio.sleep(window_s)
-                        driver.stop()
+                async def stop_after_window() -> None:
+                    await asyncio.sleep(window_s)
+                    driver.stop()
 
-                    tasks.append(asyncio.ensure_future(stop_after_window()))
-                    await driver.run()
-                    end_s = loop.time() - t0
-                    final_state = recorder.last_state
-                    engines = engine_phases(launchers)
-                finally:  # before the client closes: what the run left running ends with it
-                    await cancel_all(tasks)
+                tasks.append(asyncio.ensure_future(stop_after_window()))
+                await driver.run()
+                end_s = loop.time() - t0
+                final_state = recorder.last_state
+                engines = engine_phases(launchers)
         finally:
             await runner.cleanup()
     stats = loop.stats if isinstance(loop, vtime.VirtualTimeLoop) else None

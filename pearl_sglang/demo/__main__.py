@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from pearl_rl_adapter import AsyncPearlClient
-from pearl_sglang.aio import cancel_all
+from pearl_sglang.aio import cancelled_at_exit
 from pearl_sglang.demo import stack as stack_mod
 from pearl_sglang.demo.config import DemoConfig
 from pearl_sglang.demo.replay import TraceReplayer
@@ -45,48 +45,47 @@ async def run(config: DemoConfig) -> int:
     stack = await stack_mod.start(config, run_dir)
     tasks: list[asyncio.Task] = []
     try:
-        async with AsyncPearlClient(stack.url, admin_token=stack.token) as client:
-            try:
-                reporter = Reporter(client, clock)
-                driver = AgenticRLDriver(
-                    stack.url,
-                    workload=load_preset(config.preset).sweworkload(batch_size=config.batch_size,
-                                                                    group_size=config.group_size, seed=config.seed),
-                    trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s),
-                    config=DriverConfig(request_timeout_s=600.0, carry_over_share=config.carry_over_share or None),
-                    time=clock,
-                    hooks=admin_hooks(client, model_path=str(stack.model_dir), run_id="demo"),
-                    on_step=reporter.on_step)
-                reporter.start()
-                await reporter.sample()
-                print(f"[{0:6.1f} min] cluster ready: {reporter.samples[-1][1]}", flush=True)
-                replayer = TraceReplayer(client, targets, clock) if follows_trace else None
-                if replayer is not None:
-                    tasks.append(asyncio.ensure_future(replayer.run()))
-                tasks.append(asyncio.ensure_future(reporter.sample_forever(every_s=30.0)))
+        # Leaving the block cancels the replay's tasks (a join still waiting has no answer),
+        # then closes the client.
+        async with AsyncPearlClient(stack.url, admin_token=stack.token) as client, cancelled_at_exit(tasks):
+            reporter = Reporter(client, clock)
+            driver = AgenticRLDriver(
+                stack.url,
+                workload=load_preset(config.preset).sweworkload(batch_size=config.batch_size,
+                                                                group_size=config.group_size, seed=config.seed),
+                trainer_profile=TrainerProfile(seconds_per_step=config.train_step_s),
+                config=DriverConfig(request_timeout_s=600.0, carry_over_share=config.carry_over_share or None),
+                time=clock,
+                hooks=admin_hooks(client, model_path=str(stack.model_dir), run_id="demo"),
+                on_step=reporter.on_step)
+            reporter.start()
+            await reporter.sample()
+            print(f"[{0:6.1f} min] cluster ready: {reporter.samples[-1][1]}", flush=True)
+            replayer = TraceReplayer(client, targets, clock) if follows_trace else None
+            if replayer is not None:
+                tasks.append(asyncio.ensure_future(replayer.run()))
+            tasks.append(asyncio.ensure_future(reporter.sample_forever(every_s=30.0)))
 
-                async def stop_after_window() -> None:
-                    await clock.wait(length_s)
-                    driver.stop()
+            async def stop_after_window() -> None:
+                await clock.wait(length_s)
+                driver.stop()
 
-                tasks.append(asyncio.ensure_future(stop_after_window()))
-                await driver.run()
-                summary_path, plot_path = reporter.write(run_dir, config.system)
-                s = reporter.summary()
-                print("\nsummary")
-                print(f"  steps                    {s['steps']}")
-                print(f"  mean throughput          {s['mean_throughput_tok_s']:.0f} tokens/s (steps after the first)")
-                print(f"  generated / trained      {s['generated_tokens']:,} / {s['training_tokens']:,} tokens")
-                print(f"  request errors           {s['errors']} (failed trajectories {s['failed_trajectories']})")
-                print(f"  migrated requests        {s['migrations']}")
-                if replayer is not None:
-                    a = replayer.answers
-                    print(f"  trace join/leave answers {a.joins} / {a.leaves}, wrong {len(a.wrong)}")
-                for name, phase in s["reconfiguration_phases"].items():
-                    print(f"  {name:24s} {phase['mean_s'] * config.time_scale:7.2f} emulated s mean over {phase['count']}")
-                print(f"  wrote {summary_path} and {plot_path}")
-            finally:  # before the client closes: a join still waiting has no answer
-                await cancel_all(tasks)
+            tasks.append(asyncio.ensure_future(stop_after_window()))
+            await driver.run()
+            summary_path, plot_path = reporter.write(run_dir, config.system)
+            s = reporter.summary()
+            print("\nsummary")
+            print(f"  steps                    {s['steps']}")
+            print(f"  mean throughput          {s['mean_throughput_tok_s']:.0f} tokens/s (steps after the first)")
+            print(f"  generated / trained      {s['generated_tokens']:,} / {s['training_tokens']:,} tokens")
+            print(f"  request errors           {s['errors']} (failed trajectories {s['failed_trajectories']})")
+            print(f"  migrated requests        {s['migrations']}")
+            if replayer is not None:
+                a = replayer.answers
+                print(f"  trace join/leave answers {a.joins} / {a.leaves}, wrong {len(a.wrong)}")
+            for name, phase in s["reconfiguration_phases"].items():
+                print(f"  {name:24s} {phase['mean_s'] * config.time_scale:7.2f} emulated s mean over {phase['count']}")
+            print(f"  wrote {summary_path} and {plot_path}")
     finally:
         await asyncio.to_thread(stack.router.stop)
     return 0

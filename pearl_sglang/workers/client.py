@@ -114,8 +114,8 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
 
 
 def one_interval(body: dict[str, Any]) -> bool:
-    """Whether a ``/generate`` body's token budget fits one stream interval (its stream
-    would end with the chunk that reports its first interval)."""
+    """Whether a ``/generate`` body's token budget fits one stream interval: its stream
+    would report at most its first token before its end."""
     sampling = body.get("sampling_params")
     if not isinstance(sampling, dict):
         return False
@@ -155,7 +155,8 @@ class WorkerTransport(Protocol):
 
     ``stream_generate`` with ``every_chunk`` False may leave out chunks between the first
     and the final one (nobody streams them on), but if the stream breaks it yields the
-    latest chunk it left out before raising, so what was generated is kept."""
+    latest chunk it left out before raising, so what was generated is kept; for a budget
+    of one stream interval (``one_interval``) it may yield the final answer alone."""
 
     def stream_generate(self, *, slot: int, url: str, body: dict[str, Any],
                         every_chunk: bool = True) -> AsyncIterator[dict[str, Any]]: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pearl_rl_adapter import PearlError
+from pearl_sglang.aio import cancelled_at_exit
 from pearl_sglang.demo.replay import TraceReplayer
 from pearl_sglang.workload.timebase import EmulatedTime
 from pearl_sglang.workload.trace import WorkerTarget
@@ -17,6 +18,12 @@ class SlowAdmissions:
     def __init__(self) -> None:
         self.closed = asyncio.Event()
         self.joins: list[list[str]] = []
+
+    async def __aenter__(self) -> "SlowAdmissions":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.closed.set()
 
     async def join_gpus(self, gpus):
         self.joins.append(gpus)
@@ -37,3 +44,17 @@ async def test_a_join_waiting_when_the_replay_ends_is_cancelled_not_wrong():
     client.closed.set()  # the client closes after the replay: nothing is left to fail
     await asyncio.sleep(0)
     assert replayer.answers.wrong == [] and replayer.answers.joins == 0
+
+
+async def test_the_replays_block_cancels_its_tasks_before_the_client_closes():
+    """As the replay harness and the demo hold them: ``async with client, cancelled_at_exit``."""
+    tasks: list[asyncio.Future] = []
+    async with SlowAdmissions() as client, cancelled_at_exit(tasks):
+        replayer = TraceReplayer(client, [WorkerTarget(0.0, 1), WorkerTarget(3600.0, 2)],
+                                 EmulatedTime(time_scale=1.0))
+        tasks.append(asyncio.ensure_future(replayer.run()))
+        while not client.joins:
+            await asyncio.sleep(0)
+    assert client.closed.is_set() and all(t.cancelled() for t in tasks)
+    await asyncio.sleep(0)
+    assert replayer.answers.wrong == []
