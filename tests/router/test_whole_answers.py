@@ -96,22 +96,29 @@ def _gen(n, prompt=(5, 6, 7, 8), **kw):
 
 
 async def test_short_turns_of_waiting_clients_are_one_document_with_the_streams_answer(whole_calls):
+    logprobs = {"return_logprob": True, "top_logprobs_num": 2}
     async with emulator("--time-scale", "20") as (url, _):
         async with running_router(regular=[url]) as (base, app, _store):
             async with httpx.AsyncClient(timeout=30) as c:
-                short = (await c.post(base + "/generate", json=_gen(16))).json()
+                short = (await c.post(base + "/generate", json=_gen(16, **logprobs))).json()
                 assert len(whole_calls) == 1 and whole_calls[0]["sampling_params"]["max_new_tokens"] == 16
                 # The same turn streamed, and a longer one: streams, as before.
-                async with c.stream("POST", base + "/generate", json=_gen(16, stream=True)) as r:
+                async with c.stream("POST", base + "/generate", json=_gen(16, stream=True, **logprobs)) as r:
                     events = [json.loads(line[5:]) for line in [x async for x in r.aiter_lines()]
                               if line.startswith("data:") and line != "data: [DONE]"]
                 longer = (await c.post(base + "/generate", json=_gen(17))).json()
-                direct = (await c.post(url + "/generate", json=_gen(16))).json()
+                direct = (await c.post(url + "/generate", json=_gen(16, **logprobs))).json()
     assert len(whole_calls) == 1
     assert short["output_ids"] == events[-1]["output_ids"] == direct["output_ids"]
     assert short["text"] == events[-1]["text"] and len(longer["output_ids"]) == 17
     assert short["meta_info"]["finish_reason"] == {"type": "length", "length": 16}
     assert short["meta_info"]["completion_tokens"] == 16 and short["meta_info"]["id"] != direct["meta_info"]["id"]
+
+    def same(meta):  # all but the request's id and its latency
+        return {k: v for k, v in meta.items() if k not in ("id", "e2e_latency")}
+
+    assert len(short["meta_info"]["output_token_logprobs"]) == 16
+    assert same(short["meta_info"]) == same(events[-1]["meta_info"]) == same(direct["meta_info"])
 
 
 async def test_a_drained_one_document_turn_keeps_its_partial_output(whole_calls):
