@@ -35,3 +35,13 @@ async def cancelled_at_exit(tasks: list[asyncio.Future]) -> AsyncIterator[list[a
         yield tasks
     finally:
         await cancel_all(tasks)
+
+
+def raise_if_cancelling() -> None:
+    """Raise ``CancelledError`` in a task that was asked to cancel and runs on: on Python
+    3.11 ``asyncio.wait_for`` returns its inner result, swallowing the cancellation, when
+    the two arrive together. Call it before waiting for something the canceller may hold
+    (a lock): the task would otherwise wait for it forever, and its canceller for the task."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
-from pearl_sglang.aio import gather_settled
+from pearl_sglang.aio import gather_settled, raise_if_cancelling
 from pearl_sglang.control.cluster_config import RecoveryConfig
 from pearl_sglang.control.executor import ActivationFailed, GroupCancelled, PdProbeFailed, PlanExecutor
 from pearl_sglang.control.expansions import Expansion, Growth, left_unknown
@@ -121,6 +121,7 @@ class Growths:
                 if not wave.staged:
                     self._replans = 0
                     return Growth(tuple(admitted), waves=tuple(waves))
+                raise_if_cancelling()  # an event cancelling this growth holds the lock (``cancel``)
                 wave = await self.shell.next_wave(wave, operation)
             except PdProbeFailed as e:
                 reason = str(e)
@@ -129,6 +130,7 @@ class Growths:
                     break
                 await asyncio.sleep(backoff[attempt])
                 attempt += 1
+                raise_if_cancelling()
                 async with self.shell.lock:
                     wave = await self.shell.begin(f"{operation}_pd_retry", borrow=self.shell.state.borrowing)
             except (CoreError, ActivationFailed, LaunchError, WorkerError) as e:
