@@ -67,8 +67,6 @@ SYSTEM_LABELS = {"pearl-no-borrow": "", "pearl": " + borrowing"}
 SYSTEMS = tuple(SYSTEM_LABELS)
 # The elastic replays' systems (``--segments``): system -> its name in the table.
 TRACE_SYSTEMS = {"rlboost": "RLBoost+", "pearl": "PEARL"}
-# How long a trace pool's replay may run at most (virtual minutes): its steps end it sooner.
-TRACE_WINDOW_MIN = 120.0
 PD_MODES = ("colocated", "disaggregated")
 PRIORITY_ARGS = ("--enable-priority-scheduling",)
 # The share of each batch a carry-over step waits for: the examples' value (docs/adapter.md).
@@ -122,8 +120,9 @@ def job(pool: Pool, batch: int, variant: str, *, steps: int, preset: str, seed: 
                          system=pool.system)
     else:
         base = Job(f"{pool.system}-seg{pool.segment}-b{batch}-s{steps}",
-                   ReplayConfig(system=pool.system, segment=pool.segment, minutes=TRACE_WINDOW_MIN,
-                                batch_size=batch, steps=steps, preset=preset))
+                   # The segment's whole window at most: the steps end the replay sooner.
+                   ReplayConfig(system=pool.system, segment=pool.segment, batch_size=batch, steps=steps,
+                                preset=preset))
     name = base.name + ("" if variant == "off" else f"-{variant}") + (f"-seed{seed}" if seed else "")
     return Job(name, replace(base.config, seed=seed, **ALL_VARIANTS[variant]))
 
