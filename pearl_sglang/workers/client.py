@@ -63,6 +63,20 @@ def _error_event(worker: str, event: dict[str, Any]) -> WorkerError:
     return WorkerFailed(worker, f"error event: {info.get('message')}")
 
 
+async def _post_generate(connections: WorkerConnections, worker: str, url: str, body: dict[str, Any],
+                         timeouts: Timeouts):
+    """``/generate`` sent, its answer's head read: the connection, or the worker's refusal
+    (``status_error``) once its body is read. The caller reads the rest and releases it."""
+    conn = await connections.post(url, "/generate", fastjson.dumps(body), read_s=timeouts.chunk_s)
+    if conn.status >= 400:
+        try:
+            raise status_error(worker, conn.status, await conn.read_all(),
+                               conn.headers.get("content-type", "application/json"))
+        finally:
+            connections.release(conn)
+    return conn
+
+
 async def stream_generate(connections: WorkerConnections, *, slot: int, url: str,
                           body: dict[str, Any], timeouts: Timeouts) -> AsyncIterator[dict[str, Any]]:
     """Yield the worker's cumulative chunks; the last one carries ``finish_reason``."""
@@ -70,11 +84,7 @@ async def stream_generate(connections: WorkerConnections, *, slot: int, url: str
     done = False
     conn = None
     try:
-        conn = await connections.post(url, "/generate", fastjson.dumps({**body, "stream": True}),
-                                      read_s=timeouts.chunk_s)
-        if conn.status >= 400:
-            raise status_error(worker, conn.status, await conn.read_all(),
-                               conn.headers.get("content-type", "application/json"))
+        conn = await _post_generate(connections, worker, url, {**body, "stream": True}, timeouts)
         rest = b""
         while True:
             piece = await conn.read_piece()
@@ -130,12 +140,8 @@ async def generate_whole(connections: WorkerConnections, *, slot: int, url: str,
     worker = str(slot)
     conn = None
     try:
-        conn = await connections.post(url, "/generate", fastjson.dumps({**body, "stream": False}),
-                                      read_s=timeouts.chunk_s)
-        answer = await conn.read_all()
-        if conn.status >= 400:
-            raise status_error(worker, conn.status, answer, conn.headers.get("content-type", "application/json"))
-        document = fastjson.loads(answer)
+        conn = await _post_generate(connections, worker, url, {**body, "stream": False}, timeouts)
+        document = fastjson.loads(await conn.read_all())
     except ReadTimeout as e:
         raise WorkerStalled(worker, f"no answer for {timeouts.chunk_s:.0f}s (stall bound)") from e
     except (ConnectFailed, ConnectionError, ValueError) as e:
