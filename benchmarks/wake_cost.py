@@ -73,14 +73,19 @@ def relay_copy(head: bytes, body: bytes) -> int:
         return len(head) + len(bytes(view))
 
 
-def cpu_us(call: Callable[[], object], gap: float | str, calls: int, sweep: np.ndarray) -> float:
-    """Median CPU microseconds of ``call`` made after ``gap`` seconds idle (or a memory sweep)."""
+def pauses(sweep: np.ndarray) -> dict[str, Callable[[], object]]:
+    """What comes before each measured call, by its label: an idle gap, or a memory sweep."""
+    out: dict[str, Callable[[], object]] = {
+        f"{gap:g} ms": (lambda s=gap / 1e3: time.sleep(s)) if gap else (lambda: None) for gap in GAPS_MS}
+    out["sweep"] = sweep.sum
+    return out
+
+
+def cpu_us(call: Callable[[], object], before: Callable[[], object], calls: int) -> float:
+    """Median CPU microseconds of ``call``, each call made right after ``before()``."""
     out = []
     for _ in range(calls):
-        if gap == "sweep":
-            sweep.sum()
-        elif gap:
-            time.sleep(gap)
+        before()
         t = time.thread_time_ns()
         call()
         out.append(time.thread_time_ns() - t)
@@ -89,7 +94,7 @@ def cpu_us(call: Callable[[], object], gap: float | str, calls: int, sweep: np.n
 
 def measure(sizes: list[str], calls: int) -> list[dict]:
     limits = Limits()
-    sweep = np.ones(SWEEP_BYTES, dtype=np.uint8)
+    before_each = pauses(np.ones(SWEEP_BYTES, dtype=np.uint8))
     rows = []
     for name in sizes:
         head, body = turn(SIZES[name])
@@ -99,11 +104,8 @@ def measure(sizes: list[str], calls: int) -> list[dict]:
         for what, call in work.items():
             for _ in range(20):  # compiled kernels loaded, allocator settled
                 call()
-            row: dict = {"size": name, "work": what, "cpu_us": {}}
-            for gap in (*GAPS_MS, "sweep"):
-                label = gap if gap == "sweep" else f"{gap:g} ms"
-                row["cpu_us"][label] = cpu_us(call, gap if gap == "sweep" else gap / 1e3, calls, sweep)
-            rows.append(row)
+            rows.append({"size": name, "work": what,
+                         "cpu_us": {label: cpu_us(call, before, calls) for label, before in before_each.items()}})
     return rows
 
 
