@@ -67,6 +67,18 @@ def cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_ns(pid: int | None) -> int | None:
+    """CPU nanoseconds so far of a process, all its threads, exact and up to date (its
+    POSIX CPU clock, ``clock_getcpuclockid(3)``; ``/proc/<pid>/stat`` counts 10 ms clock
+    ticks, and ``schedstat`` lags a running thread): fine enough to bracket one request."""
+    if pid is None:
+        return None
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
+    except OSError:
+        return None
+
+
 def cpu_now(router: int | None, workers: Sequence[int] = ()) -> tuple[float | None, list[float | None]]:
     """CPU seconds so far of a router and of each of its workers."""
     return cpu_s(router), [cpu_s(pid) for pid in workers]
@@ -219,8 +231,12 @@ async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, 
     each body goes to every target (order rotated per body) before the next one, so a
     stretch of machine noise falls on all of them alike; timed back to back in separate
     cells, the same target's p50 moved by up to 0.5 ms between cells on this machine.
-    A target's ``rps`` is its requests over the time spent in them (1 / mean latency)."""
+    A target's ``rps`` is its requests over the time spent in them (1 / mean latency); its
+    ``router_cpu_ms_while_waited`` the router's CPU (all threads) between sending each
+    request and reading its answer, per request: how much of the turn's time the router was
+    computing (what it does once the client has the answer is mostly left out)."""
     lats: dict[str, list[float]] = {t.name: [] for t in targets}
+    waited_cpu_ns = {t.name: 0 for t in targets}  # the router's CPU while its client waited
     rr = {t.name: itertools.cycle(t.urls) for t in targets}
     cell = next(_cell_ids)
     stream = w.mode == "stream"
@@ -238,12 +254,20 @@ async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, 
                 headers = {"Content-Type": "application/json"}
                 if w.trajectory:  # each target's own id for this run of the trajectory
                     headers[TRAJECTORY_HEADER] = f"{w.name}-{cell}-{s}-{t.name}"
+                before = process_cpu_ns(t.pid)
                 lat, final = await _send(session, url[t.name], body, stream, headers)
+                after = process_cpu_ns(t.pid)
+                if before is not None and after is not None:
+                    waited_cpu_ns[t.name] += after - before
                 lats[t.name].append(lat)
                 _check(w, (w.name, s % len(w.sequences), turn), final, expect, max_new, t.name)
             sent += 1
         s += 1
-    return {t.name: _cell(lats[t.name], sum(lats[t.name]), cpu0[t.name], cpu_now(t.pid)) for t in targets}
+    cells = {t.name: _cell(lats[t.name], sum(lats[t.name]), cpu0[t.name], cpu_now(t.pid)) for t in targets}
+    for t in targets:
+        if t.pid is not None and lats[t.name]:
+            cells[t.name]["router_cpu_ms_while_waited"] = waited_cpu_ns[t.name] / 1e6 / len(lats[t.name])
+    return cells
 
 
 async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -315,6 +339,10 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
                 got = [r[field] for rep in reps if (r := get(wl, mode, "tp", name, rep)) and field in r]
                 if got:
                     c[to] = statistics.median(got)
+            waited = [r["router_cpu_ms_while_waited"] for rep in reps
+                      if (r := get(wl, mode, "lat_1", name, rep)) and "router_cpu_ms_while_waited" in r]
+            if waited:
+                c["cpu_ms_while_waited_1"] = statistics.median(waited)
             if name != "direct":
                 added = [a["p50_ms"] - d["p50_ms"] for rep in reps
                          if (a := get(wl, mode, "lat_1", name, rep)) and (d := get(wl, mode, "lat_1", "direct", rep))]
@@ -360,6 +388,22 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
         if "relay" in names:
             row.append(f(cell.get("pearl", {}).get("over_relay_p50_1_ms"), "+.2f"))
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "One client, by its parts: the router's CPU (all threads, exact: its process CPU clock) between "
+              "sending each request and reading its answer, per request, beside the added p50 at one client "
+              "and the router's CPU per request in the throughput cell (turns back to back); medians over "
+              "repeats:", "",
+              "| workload | mode | target | added p50@1 ms | router CPU while the client waited, ms/req "
+              "| router CPU ms/req, throughput cell | one client / throughput cell |",
+              "|---|---|---|---|---|---|---|"]
+    for key, cell in summary.items():
+        wl, mode = key.split("/")
+        for n in names:
+            c = cell.get(n, {})
+            waited, warm = c.get("cpu_ms_while_waited_1"), c.get("cpu_ms_per_req")
+            if waited is None:
+                continue
+            lines.append(f"| {wl} | {mode} | {n} | {f(c.get('added_p50_1_ms'), '+.2f')} | {f(waited)} | {f(warm)} | "
+                         f"{f(None if not warm else waited / warm, '.1f')} |")
     lines += ["", "Where the work went in the throughput cells (CPU per request from /proc, medians over "
               "repeats; workers busiest / mean: the busiest worker's CPU over the workers' mean, 1.00 when "
               "the router spread the work evenly):", "",

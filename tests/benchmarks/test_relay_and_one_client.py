@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from types import SimpleNamespace
 
 import aiohttp
@@ -79,13 +80,15 @@ async def test_one_client_sends_each_body_to_every_target_in_rotated_order_and_c
     seen: list[tuple[str, bytes]] = []
     ups = [await _upstream(n, seen) for n in ("a", "b")]
     try:
-        targets = [SimpleNamespace(name=n, urls=[u], pid=None) for n, (_, u) in zip(("a", "b"), ups)]
+        # "a" names this process as its router: the CPU spent while each of its turns waited is counted.
+        targets = [SimpleNamespace(name=n, urls=[u], pid=pid) for n, (_, u), pid in zip(("a", "b"), ups, (os.getpid(), None))]
         bodies = tuple((json.dumps({"n": i}).encode(),) for i in range(3))
         w = Workload("w", "nonstream", bodies, trajectory=False)
         async with aiohttp.ClientSession() as s:
             out = await one_client_interleaved(s, targets, w, max_requests=4, max_s=30, expect={}, max_new=3)
         assert {name: r["n"] for name, r in out.items()} == {"a": 4, "b": 4}
         assert all(r["p50_ms"] > 0 and r["rps"] > 0 for r in out.values())
+        assert out["a"]["router_cpu_ms_while_waited"] > 0 and "router_cpu_ms_while_waited" not in out["b"]
         order = [n for n, _ in seen]
         assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]  # each body to both, who goes first rotating
         assert [b for _, b in seen][::2] == [b for _, b in seen][1::2]
