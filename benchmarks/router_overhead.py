@@ -22,7 +22,8 @@ about C / throughput (Little's law) and the added latency at C reflects throughp
 is the added cost of one request when nothing queues.
 
 ``--agentic`` adds 4K- and 32K-token prompts and multi-turn trajectories (``router_agentic``),
-PEARL / sglang-router per repeat, with each router's CPU per request.
+PEARL / sglang-router per repeat, with each router's CPU per request, and at one client its
+CPU while each turn waited (from its process CPU clock): what the one-client latency is made of.
 
 Cells run interleaved (all targets back to back for one (mode, phase), target order rotated
 each repeat) so machine noise hits them alike; reported numbers are medians over repeats.
