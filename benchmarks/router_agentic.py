@@ -33,7 +33,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import aiohttp
 
@@ -365,6 +365,14 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     return out
 
 
+def _per_target(summary: dict[str, Any], names: list[str]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(workload, mode, target, the target's figures) for every target of every cell."""
+    for key, cell in summary.items():
+        wl, mode = key.split("/")
+        for n in names:
+            yield wl, mode, n, cell.get(n, {})
+
+
 def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace) -> str:
     def f(x: float | None, spec: str = ".2f") -> str:
         return "-" if x is None else format(x, spec)
@@ -395,13 +403,9 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
               "| workload | mode | target | added p50@1 ms | router CPU while the client waited, ms/req "
               "| router CPU ms/req, throughput cell | one client / throughput cell |",
               "|---|---|---|---|---|---|---|"]
-    for key, cell in summary.items():
-        wl, mode = key.split("/")
-        for n in names:
-            c = cell.get(n, {})
-            waited, warm = c.get("cpu_ms_while_waited_1"), c.get("cpu_ms_per_req")
-            if waited is None:
-                continue
+    for wl, mode, n, c in _per_target(summary, names):
+        waited, warm = c.get("cpu_ms_while_waited_1"), c.get("cpu_ms_per_req")
+        if waited is not None:
             lines.append(f"| {wl} | {mode} | {n} | {f(c.get('added_p50_1_ms'), '+.2f')} | {f(waited)} | {f(warm)} | "
                          f"{f(None if not warm else waited / warm, '.1f')} |")
     lines += ["", "Where the work went in the throughput cells (CPU per request from /proc, medians over "
@@ -409,13 +413,10 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
               "the router spread the work evenly):", "",
               "| workload | mode | target | router CPU ms/req | workers CPU ms/req | workers busiest / mean |",
               "|---|---|---|---|---|---|"]
-    for key, cell in summary.items():
-        wl, mode = key.split("/")
-        for n in names:
-            c = cell.get(n, {})
-            workers = c.get("workers_cpu_us")
-            lines.append(f"| {wl} | {mode} | {n} | {f(c.get('cpu_ms_per_req'))} | "
-                         f"{f(None if workers is None else workers / 1e3)} | {f(c.get('workers_busiest_over_mean'))} |")
+    for wl, mode, n, c in _per_target(summary, names):
+        workers = c.get("workers_cpu_us")
+        lines.append(f"| {wl} | {mode} | {n} | {f(c.get('cpu_ms_per_req'))} | "
+                     f"{f(None if workers is None else workers / 1e3)} | {f(c.get('workers_busiest_over_mean'))} |")
     return "\n".join(lines) + "\n"
 
 
