@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import random
 import statistics
 import time
@@ -38,6 +37,7 @@ from typing import Any, Iterator, Sequence
 import aiohttp
 
 from benchmarks.harness.cli_args import positive_int
+from benchmarks.harness.process_cpu import cpu_now, cpu_per_request, process_cpu_ns
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 SIZES = {"4k": 4096, "32k": 32768}
@@ -54,53 +54,6 @@ AGENTIC_PROFILE_OVERRIDES = {
     "name": "tiny-agentic", "context_length": 65536, "max_total_tokens": 1 << 22,
     "chunked_prefill_size": 65536, "max_prefill_tokens": 1 << 20, "cache_page_tokens": 64,
 }
-
-
-def cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process, all its threads (``/proc/<pid>/stat``)."""
-    if pid is None:
-        return None
-    try:
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_ns(pid: int | None) -> int | None:
-    """CPU nanoseconds so far of a process, all its threads, exact and up to date (its
-    POSIX CPU clock, ``clock_getcpuclockid(3)``; ``/proc/<pid>/stat`` counts 10 ms clock
-    ticks, and ``schedstat`` lags a running thread): fine enough to bracket one request."""
-    if pid is None:
-        return None
-    try:
-        return time.clock_gettime_ns(((~pid) << 3) | 2)  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)
-    except OSError:
-        return None
-
-
-def cpu_now(router: int | None, workers: Sequence[int] = ()) -> tuple[float | None, list[float | None]]:
-    """CPU seconds so far of a router and of each of its workers."""
-    return cpu_s(router), [cpu_s(pid) for pid in workers]
-
-
-def cpu_per_request(before: tuple[float | None, list[float | None]],
-                    after: tuple[float | None, list[float | None]], n: int) -> dict[str, float]:
-    """Microseconds of CPU per request between two ``cpu_now`` readings: the router's, its
-    workers' together, and the busiest worker's CPU over the workers' mean (how evenly
-    the router spread the work). Left out where a process could not be read."""
-    out: dict[str, float] = {}
-    if not n:
-        return out
-    if before[0] is not None and after[0] is not None:
-        out["router_cpu_us"] = (after[0] - before[0]) * 1e6 / n
-    used = [a - b for b, a in zip(before[1], after[1]) if a is not None and b is not None]
-    if used and len(used) == len(before[1]):
-        out["workers_cpu_us"] = sum(used) * 1e6 / n
-        mean = sum(used) / len(used)
-        if mean > 0:
-            out["workers_busiest_over_mean"] = max(used) / mean
-    return out
 
 
 @dataclass(frozen=True)
@@ -408,8 +361,8 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
         if waited is not None:
             lines.append(f"| {wl} | {mode} | {n} | {f(c.get('added_p50_1_ms'), '+.2f')} | {f(waited)} | {f(warm)} | "
                          f"{f(None if not warm else waited / warm, '.1f')} |")
-    lines += ["", "Where the work went in the throughput cells (CPU per request from /proc, medians over "
-              "repeats; workers busiest / mean: the busiest worker's CPU over the workers' mean, 1.00 when "
+    lines += ["", "Where the work went in the throughput cells (CPU per request from each process's CPU "
+              "clock, medians over repeats; workers busiest / mean: the busiest worker's CPU over the workers' mean, 1.00 when "
               "the router spread the work evenly):", "",
               "| workload | mode | target | router CPU ms/req | workers CPU ms/req | workers busiest / mean |",
               "|---|---|---|---|---|---|"]

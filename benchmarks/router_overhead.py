@@ -55,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.harness.cli_args import positive_float, positive_int  # noqa: E402
+from benchmarks.harness.process_cpu import cpu_now, cpu_per_request  # noqa: E402
 from benchmarks.harness.servers import SglangCpuStack, wait_all_healthy  # noqa: E402
 from pearl_sglang.control.processes import ServerProcess, ServerSpec, free_port  # noqa: E402
 from benchmarks import router_agentic  # noqa: E402  (as a script or as ``python -m benchmarks.router_overhead``)
@@ -221,12 +222,12 @@ async def measure(targets: list[Target], args: argparse.Namespace
                                           max_requests=conc, max_s=2, expect=expect,
                                           max_new=args.max_new_tokens)
                         # CPU per request only where the machine is saturated (max rps).
-                        cpu0 = router_agentic.cpu_now(t.pid, t.workers) if phase == "tp" else None
+                        cpu0 = cpu_now(t.pid, t.workers) if phase == "tp" else None
                         r = await closed_loop(session, t.urls, body_of[mode], mode == "stream", conc,
                                               max_requests=max_req, max_s=max_s, expect=expect,
                                               max_new=args.max_new_tokens)
                         if cpu0 is not None:
-                            r.update(router_agentic.cpu_per_request(cpu0, router_agentic.cpu_now(t.pid, t.workers),
+                            r.update(cpu_per_request(cpu0, cpu_now(t.pid, t.workers),
                                                                     r["n"]))
                         r.update(repeat=rep, mode=mode, phase=phase, concurrency=conc, target=t.name)
                         rows.append(r)
@@ -327,7 +328,7 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
                          f"| {r('lat_1', 'p50_ms')} | {r('lat_1', 'p99_ms')} | {r('tp', 'rps')} |")
     lines += ["", "added = router percentile minus direct percentile (difference of percentiles, "
               "median over repeats of the paired difference)."]
-    lines += ["", "CPU per request in the max-rps cells (user + system, from /proc, medians over repeats): "
+    lines += ["", "CPU per request in the max-rps cells (user + system, from each process's CPU clock, medians over repeats): "
               "the machine is saturated there, so these sums (with the load generator's) set the throughput "
               "ratios. Workers busiest / mean: the busiest worker's CPU "
               "over the workers' mean (1.00: the work was spread evenly).", "",

@@ -3,12 +3,13 @@ and how evenly the workers were used."""
 from __future__ import annotations
 
 import os
+import threading
+from types import SimpleNamespace
 
 import pytest
 
-import threading
-
-from benchmarks.router_agentic import cpu_now, cpu_per_request, process_cpu_ns
+from benchmarks.harness.process_cpu import cpu_now, cpu_per_request, process_cpu_ns
+from benchmarks.router_agentic import markdown, summarize
 
 
 def test_cpu_per_request_splits_router_and_workers_and_measures_balance():
@@ -50,9 +51,6 @@ def test_process_cpu_ns_counts_every_thread_of_a_process_exactly():
 
 
 def test_the_agentic_table_sets_one_clients_router_cpu_beside_its_added_latency():
-    from types import SimpleNamespace
-
-    from benchmarks.router_agentic import markdown, summarize
     rows = []
     for rep in range(2):
         for target, warm, waited in (("direct", None, None), ("pearl", 0.5, 1.25), ("relay", 0.08, 0.2)):
