@@ -67,7 +67,8 @@ class Workload:
     trajectory: bool
 
 
-def _body(ids: list[int], stream: bool, max_new: int) -> bytes:
+def request_body(ids: list[int], stream: bool, max_new: int) -> bytes:
+    """A turn's ``/generate`` body as every router benchmark sends it (compact JSON)."""
     return json.dumps({"input_ids": ids, "stream": stream,
                        "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}},
                       separators=(",", ":")).encode()
@@ -87,7 +88,7 @@ def build_workloads(names: list[str], *, seed: int, max_new: int) -> list[Worklo
         else:
             raise ValueError(f"unknown agentic workload {name!r}; known: {[*SIZES, 'multiturn']}")
         for mode in MODES:  # the same prompts in both modes: their replies must match
-            seqs = tuple(tuple(_body(p, mode == "stream", max_new) for p in seq) for seq in prompts)
+            seqs = tuple(tuple(request_body(p, mode == "stream", max_new) for p in seq) for seq in prompts)
             out.append(Workload(name, mode, seqs, trajectory=name == "multiturn"))
     return out
 

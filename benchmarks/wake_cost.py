@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.harness.cli_args import positive_int  # noqa: E402
+from benchmarks.router_agentic import request_body  # noqa: E402
 from pearl_sglang.router.config import Limits  # noqa: E402
 from pearl_sglang.router.generate_request import parse_generate  # noqa: E402
 from pearl_sglang.router.http1 import parse_head  # noqa: E402
@@ -49,11 +50,9 @@ _HEAD = (b"POST /generate HTTP/1.1\r\nHost: 127.0.0.1:30000\r\nUser-Agent: Pytho
 
 
 def turn(size: int, seed: int = 0) -> tuple[bytes, bytes]:
-    """A rollout turn as the benchmarks send it: its head and its body."""
+    """A rollout turn as the router benchmarks send it: its head and its body."""
     rng = random.Random(seed)
-    body = json.dumps({"input_ids": [rng.randrange(3, 1000) for _ in range(size)], "stream": False,
-                       "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}},
-                      separators=(",", ":")).encode()
+    body = request_body([rng.randrange(3, 1000) for _ in range(size)], stream=False, max_new=16)
     return _HEAD % len(body), body
 
 
