@@ -81,7 +81,8 @@ async def test_one_client_sends_each_body_to_every_target_in_rotated_order_and_c
     ups = [await _upstream(n, seen) for n in ("a", "b")]
     try:
         # "a" names this process as its router: the CPU spent while each of its turns waited is counted.
-        targets = [SimpleNamespace(name=n, urls=[u], pid=pid) for n, (_, u), pid in zip(("a", "b"), ups, (os.getpid(), None))]
+        targets = [SimpleNamespace(name=n, urls=[u], pid=pid)
+                   for n, (_, u), pid in zip(("a", "b"), ups, (os.getpid(), None))]
         bodies = tuple((json.dumps({"n": i}).encode(),) for i in range(3))
         w = Workload("w", "nonstream", bodies, trajectory=False)
         async with aiohttp.ClientSession() as s:
