@@ -38,6 +38,7 @@ import aiohttp
 
 from benchmarks.harness.cli_args import positive_int
 from benchmarks.harness.process_cpu import cpu_now, cpu_per_request, process_cpu_ns
+from benchmarks.harness.worker_counters import read_counters, spread
 
 TRAJECTORY_HEADER = "X-Pearl-Trajectory-Id"
 SIZES = {"4k": 4096, "32k": 32768}
@@ -145,8 +146,11 @@ def _cell(lats: list[float], elapsed: float, cpu0, cpu1) -> dict[str, Any]:
 
 async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Workload, concurrency: int, *,
                       max_requests: int, max_s: float, expect: dict, max_new: int,
-                      pid: int | None = None, workers: Sequence[int] = ()) -> dict[str, Any]:
-    """C tasks each take the next sequence and send its bodies one after another."""
+                      pid: int | None = None, workers: Sequence[int] = (),
+                      worker_urls: Sequence[str] = ()) -> dict[str, Any]:
+    """C tasks each take the next sequence and send its bodies one after another.
+    ``worker_urls``: the workers behind ``urls``, whose own counters say where the
+    cell's requests went and how much of their prompts the caches held."""
     rr = itertools.cycle(urls)
     seq_counter = itertools.count()
     sent = itertools.count()
@@ -170,12 +174,13 @@ async def closed_loop(session: aiohttp.ClientSession, urls: list[str], w: Worklo
                 lats.append(lat)
                 _check(w, (w.name, s % len(w.sequences), turn), final, expect, max_new, url)
 
+    counted0 = await read_counters(session, worker_urls)
     t0, cpu0 = time.perf_counter(), cpu_now(pid, workers)
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed, cpu1 = time.perf_counter() - t0, cpu_now(pid, workers)
     if not lats:
         raise RuntimeError(f"{w.name}: no request completed")
-    return _cell(lats, elapsed, cpu0, cpu1)
+    return {**_cell(lats, elapsed, cpu0, cpu1), **spread(counted0, await read_counters(session, worker_urls))}
 
 
 async def one_client_interleaved(session: aiohttp.ClientSession, targets: list, w: Workload, *,
@@ -255,7 +260,7 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
                 else:
                     cells = {t.name: await closed_loop(session, t.urls, w, conc, max_requests=max_req, max_s=max_s,
                                                        expect=expect, max_new=args.max_new_tokens, pid=t.pid,
-                                                       workers=t.workers)
+                                                       workers=t.workers, worker_urls=worker_urls)
                              for t in rotated}
                 for t in rotated:
                     r = cells[t.name]
@@ -264,7 +269,10 @@ async def measure(session: aiohttp.ClientSession, targets: list, args: argparse.
                     rows.append(r)
                     print(f"  rep {rep} {w.name:9} {w.mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
                           f"rps={r['rps']:7.1f} p50={r['p50_ms']:7.2f}ms p99={r['p99_ms']:7.2f}ms "
-                          f"cpu/req={r.get('router_cpu_ms_per_req', 0):6.2f}ms", flush=True)
+                          f"cpu/req={r.get('router_cpu_ms_per_req', 0):6.2f}ms"
+                          + (f" requests/worker={'/'.join(f'{x:.2f}' for x in r['workers_request_shares'])}"
+                             f" cache hits={r.get('workers_cache_hit_share', 0):.0%}"
+                             if "workers_request_shares" in r else ""), flush=True)
     return rows
 
 
@@ -289,7 +297,9 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
                 continue
             c: dict[str, Any] = {"rps": statistics.median(tp), "p50_1_ms": statistics.median(p50)}
             for field, to in (("router_cpu_ms_per_req", "cpu_ms_per_req"), ("workers_cpu_us", "workers_cpu_us"),
-                              ("workers_busiest_over_mean", "workers_busiest_over_mean")):
+                              ("workers_busiest_over_mean", "workers_busiest_over_mean"),
+                              ("workers_requests_busiest_over_mean", "workers_requests_busiest_over_mean"),
+                              ("workers_cache_hit_share", "workers_cache_hit_share")):
                 got = [r[field] for rep in reps if (r := get(wl, mode, "tp", name, rep)) and field in r]
                 if got:
                     c[to] = statistics.median(got)
@@ -364,13 +374,18 @@ def markdown(summary: dict[str, Any], names: list[str], args: argparse.Namespace
                          f"{f(None if not warm else waited / warm, '.1f')} |")
     lines += ["", "Where the work went in the throughput cells (CPU per request from each process's CPU "
               "clock, medians over repeats; workers busiest / mean: the busiest worker's CPU over the workers' mean, 1.00 when "
-              "the router spread the work evenly):", "",
-              "| workload | mode | target | router CPU ms/req | workers CPU ms/req | workers busiest / mean |",
-              "|---|---|---|---|---|---|"]
+              "the router spread the work evenly; requests busiest / mean the same of the requests each worker "
+              "counted, and cache hits the share of prompt tokens the workers found cached, both from the "
+              "workers' own `/metrics`):", "",
+              "| workload | mode | target | router CPU ms/req | workers CPU ms/req | workers busiest / mean "
+              "| requests busiest / mean | cache hits |",
+              "|---|---|---|---|---|---|---|---|"]
     for wl, mode, n, c in _per_target(summary, names):
-        workers = c.get("workers_cpu_us")
+        workers, hits = c.get("workers_cpu_us"), c.get("workers_cache_hit_share")
         lines.append(f"| {wl} | {mode} | {n} | {f(c.get('cpu_ms_per_req'))} | "
-                     f"{f(None if workers is None else workers / 1e3)} | {f(c.get('workers_busiest_over_mean'))} |")
+                     f"{f(None if workers is None else workers / 1e3)} | {f(c.get('workers_busiest_over_mean'))} | "
+                     f"{f(c.get('workers_requests_busiest_over_mean'))} | "
+                     f"{'-' if hits is None else format(hits, '.1%')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,59 @@
+"""Where a cell's requests went: each worker's own counters, read from its ``/metrics``.
+
+SGLang (and the emulator, in the same names) counts the requests it served and the prompt
+tokens it took and found cached (``sglang:num_requests_total``, ``sglang:prompt_tokens_total``,
+``sglang:cached_tokens_total``). Read before and after a cell, they say how the router
+spread the requests over the workers and how much of the prompts the workers' prefix
+caches held: the parts behind a worker's CPU share and a router's throughput.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Mapping, Sequence
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+COUNTERS = {"sglang:num_requests_total": "requests", "sglang:prompt_tokens_total": "prompt_tokens",
+            "sglang:cached_tokens_total": "cached_tokens"}
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """The counters above from a Prometheus text exposition, summed over label sets."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            field = COUNTERS.get(sample.name)
+            if field is not None:
+                out[field] = out.get(field, 0.0) + sample.value
+    return out
+
+
+async def read_counters(session: aiohttp.ClientSession, urls: Sequence[str]) -> list[dict[str, float] | None]:
+    """Each worker's counters now (None for one that did not answer)."""
+    async def one(url: str) -> dict[str, float] | None:
+        try:
+            async with session.get(url + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                return parse_counters(await resp.text()) if resp.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+    return list(await asyncio.gather(*(one(u) for u in urls)))
+
+
+def spread(before: Sequence[Mapping[str, float] | None], after: Sequence[Mapping[str, float] | None]) -> dict[str, float]:
+    """Between two readings: the busiest worker's requests over the workers' mean (1.00:
+    spread evenly), each worker's share of them, and the share of prompt tokens found in
+    the workers' caches. Empty where a worker could not be read or none was served."""
+    if not before or any(b is None or a is None for b, a in zip(before, after)) or len(before) != len(after):
+        return {}
+    served = [a.get("requests", 0.0) - b.get("requests", 0.0) for b, a in zip(before, after)]  # type: ignore[union-attr]
+    total = sum(served)
+    if total <= 0:
+        return {}
+    out = {"workers_requests_busiest_over_mean": max(served) / (total / len(served)),
+           "workers_request_shares": [s / total for s in served]}
+    prompt = sum(a.get("prompt_tokens", 0.0) - b.get("prompt_tokens", 0.0) for b, a in zip(before, after))  # type: ignore[union-attr]
+    cached = sum(a.get("cached_tokens", 0.0) - b.get("cached_tokens", 0.0) for b, a in zip(before, after))  # type: ignore[union-attr]
+    if prompt > 0:
+        out["workers_cache_hit_share"] = cached / prompt
+    return out
