@@ -17,7 +17,7 @@ from aiohttp import web
 
 from .codec import ModelMeta, TextCodec
 from .config import EmulatorArgs
-from . import http_control, http_generate
+from . import http_control, http_generate, prefix_cache, stretch_draws
 from .engine import Engine
 from .http_bootstrap import HttpRendezvous, create_bootstrap_app
 from .pd import Rendezvous
@@ -93,7 +93,11 @@ class _EngineStepper:
 def build_worker(args: EmulatorArgs, *, profile: Optional[PerformanceModel] = None,
                  rendezvous: Optional[Rendezvous] = None) -> Worker:
     """``rendezvous``: how a decode reaches its prefill; by default over the prefill's
-    bootstrap server (HTTP), as across processes."""
+    bootstrap server (HTTP), as across processes. The engine's compiled kernels are loaded
+    here, before the worker serves (once per process; ~0.16 s from numba's disk cache, a
+    compile on a machine's first start): otherwise its first requests wait for them."""
+    prefix_cache.warm()
+    stretch_draws.warm()
     profile = profile or load_profile(args.profile)
     meta = ModelMeta.load(args.model_path)
     codec = TextCodec(args.tokenizer_path or args.model_path)

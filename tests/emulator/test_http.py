@@ -7,8 +7,6 @@ import json
 import aiohttp
 import pytest
 
-from pearl_sglang.emulator import prefix_cache
-
 pytestmark = pytest.mark.asyncio
 FAST = ("--time-scale", "20", "--disable-radix-cache")
 
@@ -41,10 +39,9 @@ async def test_generate_single_batch_stream(model_dir, session, emu) -> None:
             items = await r.json()
         assert [i["meta_info"]["id"] for i in items] == ["b_0", "b_1"]
     # The engine keeps to its clock while the event loop is blocked, and the chunks due
-    # meanwhile go out as one: the first request in a process that matches a prefix loads
-    # the compiled page cache (~0.3-0.7 s), which can be the whole run. Loaded here, and
-    # slowed down (30 decode steps over ~0.6 s) for a loaded host.
-    prefix_cache.warm()
+    # meanwhile go out as one: loading the compiled page cache (~0.3-0.7 s) on a first
+    # request could be the whole run, so a worker loads it as it is built
+    # (test_warm_start.py). Slowed down (30 decode steps over ~0.6 s) for a loaded host.
     async with emu("--model-path", str(model_dir), "--time-scale", "0.1") as (url, _):
         body = {"text": "The quick brown fox", "rid": "s1", "stream": True,
                 "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}}
