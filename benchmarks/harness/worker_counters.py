@@ -40,20 +40,25 @@ async def read_counters(session: aiohttp.ClientSession, urls: Sequence[str]) -> 
     return list(await asyncio.gather(*(one(u) for u in urls)))
 
 
-def spread(before: Sequence[Mapping[str, float] | None], after: Sequence[Mapping[str, float] | None]) -> dict[str, float]:
+def spread(before: Sequence[Mapping[str, float] | None],
+           after: Sequence[Mapping[str, float] | None]) -> dict[str, float | list[float]]:
     """Between two readings: the busiest worker's requests over the workers' mean (1.00:
     spread evenly), each worker's share of them, and the share of prompt tokens found in
     the workers' caches. Empty where a worker could not be read or none was served."""
-    if not before or any(b is None or a is None for b, a in zip(before, after)) or len(before) != len(after):
+    if not before or len(before) != len(after) or any(c is None for c in (*before, *after)):
         return {}
-    served = [a.get("requests", 0.0) - b.get("requests", 0.0) for b, a in zip(before, after)]  # type: ignore[union-attr]
+
+    def delta(field: str) -> list[float]:
+        return [a.get(field, 0.0) - b.get(field, 0.0) for b, a in zip(before, after)]  # type: ignore[union-attr]
+
+    served = delta("requests")
     total = sum(served)
     if total <= 0:
         return {}
-    out = {"workers_requests_busiest_over_mean": max(served) / (total / len(served)),
-           "workers_request_shares": [s / total for s in served]}
-    prompt = sum(a.get("prompt_tokens", 0.0) - b.get("prompt_tokens", 0.0) for b, a in zip(before, after))  # type: ignore[union-attr]
-    cached = sum(a.get("cached_tokens", 0.0) - b.get("cached_tokens", 0.0) for b, a in zip(before, after))  # type: ignore[union-attr]
+    out: dict[str, float | list[float]] = {
+        "workers_requests_busiest_over_mean": max(served) / (total / len(served)),
+        "workers_request_shares": [s / total for s in served]}
+    prompt = sum(delta("prompt_tokens"))
     if prompt > 0:
-        out["workers_cache_hit_share"] = cached / prompt
+        out["workers_cache_hit_share"] = sum(delta("cached_tokens")) / prompt
     return out
