@@ -227,8 +227,7 @@ async def measure(targets: list[Target], args: argparse.Namespace
                                               max_requests=max_req, max_s=max_s, expect=expect,
                                               max_new=args.max_new_tokens)
                         if cpu0 is not None:
-                            r.update(cpu_per_request(cpu0, cpu_now(t.pid, t.workers),
-                                                                    r["n"]))
+                            r.update(cpu_per_request(cpu0, cpu_now(t.pid, t.workers), r["n"]))
                         r.update(repeat=rep, mode=mode, phase=phase, concurrency=conc, target=t.name)
                         rows.append(r)
                         print(f"  rep {rep} {mode:9} {phase:5} C={conc:<3} {t.name:14} n={r['n']:5} "
@@ -328,8 +327,8 @@ def markdown(summary: dict[str, Any], targets: list[Target], args: argparse.Name
                          f"| {r('lat_1', 'p50_ms')} | {r('lat_1', 'p99_ms')} | {r('tp', 'rps')} |")
     lines += ["", "added = router percentile minus direct percentile (difference of percentiles, "
               "median over repeats of the paired difference)."]
-    lines += ["", "CPU per request in the max-rps cells (user + system, from each process's CPU clock, medians over repeats): "
-              "the machine is saturated there, so these sums (with the load generator's) set the throughput "
+    lines += ["", "CPU per request in the max-rps cells (user + system, from each process's CPU clock, "
+              "medians over repeats): the machine is saturated there, so these sums (with the load generator's) set the throughput "
               "ratios. Workers busiest / mean: the busiest worker's CPU "
               "over the workers' mean (1.00: the work was spread evenly).", "",
               "| mode | target | router CPU us/req | workers CPU us/req | together | workers busiest / mean |",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+from pearl_sglang.router.utilization import busiest_over_mean
+
 
 def process_cpu_ns(pid: int | None) -> int | None:
     """CPU nanoseconds so far of a process, or None (no pid, or the process is gone)."""
@@ -44,7 +46,7 @@ def cpu_per_request(before: tuple[float | None, list[float | None]],
     used = [a - b for b, a in zip(before[1], after[1]) if a is not None and b is not None]
     if used and len(used) == len(before[1]):
         out["workers_cpu_us"] = sum(used) * 1e6 / n
-        mean = sum(used) / len(used)
-        if mean > 0:
-            out["workers_busiest_over_mean"] = max(used) / mean
+        busiest = busiest_over_mean(used)
+        if busiest is not None:
+            out["workers_busiest_over_mean"] = busiest
     return out

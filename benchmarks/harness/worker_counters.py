@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from pearl_sglang.router.utilization import busiest_over_mean
+
 COUNTERS = {"sglang:num_requests_total": "requests", "sglang:prompt_tokens_total": "prompt_tokens",
             "sglang:cached_tokens_total": "cached_tokens"}
 
@@ -52,12 +54,11 @@ def spread(before: Sequence[Mapping[str, float] | None],
         return [a.get(field, 0.0) - b.get(field, 0.0) for b, a in zip(before, after)]  # type: ignore[union-attr]
 
     served = delta("requests")
-    total = sum(served)
-    if total <= 0:
+    busiest = busiest_over_mean(served)
+    if busiest is None:
         return {}
-    out: dict[str, float | list[float]] = {
-        "workers_requests_busiest_over_mean": max(served) / (total / len(served)),
-        "workers_request_shares": [s / total for s in served]}
+    out: dict[str, float | list[float]] = {"workers_requests_busiest_over_mean": busiest,
+                                           "workers_request_shares": [s / sum(served) for s in served]}
     prompt = sum(delta("prompt_tokens"))
     if prompt > 0:
         out["workers_cache_hit_share"] = sum(delta("cached_tokens")) / prompt
