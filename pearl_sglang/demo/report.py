@@ -86,6 +86,11 @@ class Reporter:
                 what = f"{choice.get('prefill', 0)}P{choice.get('decode', 0)}D{choice.get('colocated', 0)}C" \
                     if choice else ("borrow" if d.get("borrow") else "no borrow")
                 print(f"           {d['operation']:14s} -> {what:10s} {text[:110]}", flush=True)
+                replay = d.get("replay")
+                if replay and d.get("borrow"):
+                    print(f"{'':29s} the last step replayed with the overlap workers serving from "
+                          f"{replay['join_after_s']:.0f} s (requests x{replay['speedup']:.2f}) ends "
+                          f"{replay['saved_s']:.1f} s sooner", flush=True)
 
     def summary(self) -> dict[str, Any]:
         measured = self.steps[1:] or self.steps  # step 0 starts cold
