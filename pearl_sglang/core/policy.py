@@ -75,11 +75,11 @@ def target_topology(config: DecisionConfig, table: StateTable, profile: Profile,
 
 
 def replayed(config: DecisionConfig, table: StateTable, profile: Profile, timeline: StepTimeline | None, *,
-             join_after_s: float | None) -> ReplaySaving | None:
+             join_after_s: float) -> ReplaySaving | None:
     """The last unborrowed step replayed with the overlap workers serving from
     ``join_after_s`` (``core.borrow_replay``); None when the check is off or there is
     nothing to replay."""
-    if not config.replay_check or timeline is None or join_after_s is None or not table.overlap_gpus:
+    if not config.replay_check or timeline is None or not table.overlap_gpus:
         return None
     overlap = table.budget(table.available_gpus()) - table.budget(frozenset(table.dedicated_gpus))
     return replay_saving(timeline, join_after_s=join_after_s, A=profile.A, b=profile.b,

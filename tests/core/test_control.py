@@ -155,3 +155,24 @@ def test_lent_workers_serve_after_a_launch_until_the_overlap_gpus_keep_processes
     kept = _table().put(WorkerRecord(7, ("t:0",), Zone.OVERLAP, Role.COLOCATED, Activity.INACTIVE))
     assert asked.arrival_s(kept) == 6.0  # a retained process resumes
     assert GateAsked(None, launch_s=60.0).arrival_s(kept) is None  # no resume measured yet
+
+
+def test_the_replay_check_runs_before_a_kept_workers_resume_was_ever_measured():
+    """The first borrow launched the lent workers, the next gate refused, and the one after
+    that finds them kept with no resume measured: the last (unborrowed) step is still
+    replayed, with the lent workers serving after T_toggle instead of not at all."""
+    from pearl_sglang.core.borrow_replay import StepTimeline
+    from pearl_sglang.core.state import Activity, Role, WorkerRecord, Zone
+
+    table = apply_all(_table(), [TrainFinished()]).put(
+        WorkerRecord(7, ("t:0",), Zone.OVERLAP, Role.COLOCATED, Activity.INACTIVE))
+    state = _state()
+    timeline = StepTimeline((((1.0, 20.0),) * 5,) * 4, span_s=105.0, workers=2)
+    state = replace(state, learning=replace(state.learning, timeline=timeline))
+    state, effects = on_event(state, GateAsked(None, launch_s=60.0, activation_s=None), _seen(table, 5.0))
+    (noted,) = [e for e in effects if type(e).__name__ == "Noted"]
+    assert noted.record["replay"]["join_after_s"] == pytest.approx(30.0)  # T_toggle of _state()
+    measured, effects = on_event(replace(state, borrowing=False), GateAsked(None, launch_s=60.0, activation_s=6.0),
+                                 _seen(table, 5.0))
+    (noted,) = [e for e in effects if type(e).__name__ == "Noted"]
+    assert noted.record["replay"]["join_after_s"] == pytest.approx(6.0)
