@@ -35,9 +35,11 @@ class PhaseLog:
             self.records.append(record)
             self.on_record(record)
 
-    def mean_s(self, phase: str) -> float | None:
-        """Mean seconds of the successful ``phase`` records of any operation (None: none)."""
-        seconds = [r.seconds for r in self.records if r.ok and r.phase == phase]
+    def mean_s(self, phase: str, operation: str | None = None) -> float | None:
+        """Mean seconds of the successful ``phase`` records of ``operation`` (None: of any
+        operation); None when there are none."""
+        seconds = [r.seconds for r in self.records
+                   if r.ok and r.phase == phase and operation in (None, r.operation)]
         return sum(seconds) / len(seconds) if seconds else None
 
     def summary(self) -> dict[str, dict[str, float]]:

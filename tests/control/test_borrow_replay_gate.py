@@ -69,3 +69,19 @@ async def test_the_replay_check_can_be_turned_off(tiny_model_dir):
         fin = await c.admin("/train_finished", {"step": 1})
         assert fin["borrowing"], fin["reason"]
         assert (await _gate_record(c))["replay"] is None
+
+
+async def test_lent_workers_arrive_as_their_own_launches_took(tiny_model_dir):
+    """Before the first borrow a lent worker is taken to launch as the dedicated ones did;
+    after it, as the lent workers' own launches took, not a mean over every launch."""
+    config = cluster_config(tiny_model_dir, gate={"enabled": False})  # ungated: borrows at once
+    async with running_cluster(config) as c:
+        phases = c.control.phases
+        assert phases.mean_s("preparation", operation="intra_scale") is None
+        assert c.control.lent_launch_s() == phases.mean_s("preparation")  # the bootstrap's
+        await c.admin("/train_begin", {"step": 0})
+        assert (await c.admin("/train_finished", {"step": 0}))["borrowing"]
+        await c.settle()
+        lent = [r.seconds for r in phases.records if r.ok and r.operation == "intra_scale" and r.phase == "preparation"]
+        assert lent and c.control.lent_launch_s() == sum(lent) / len(lent)
+        assert any(r.operation != "intra_scale" and r.phase == "preparation" for r in phases.records)
