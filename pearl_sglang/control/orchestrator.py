@@ -283,19 +283,20 @@ class Orchestrator:
             except Exception:
                 self.state = before  # a train_finished the table refuses leaves the step training
                 raise
-            answer = self._answer(self.on(GateAsked(remaining, launch_s=self.lent_launch_s(),
-                                                    activation_s=self.phases.mean_s("activation"))))
+            answer = self._answer(self.on(GateAsked(remaining, launch_s=self.lent_s("preparation"),
+                                                    activation_s=self.lent_s("activation"))))
             if answer["borrowing"]:
                 await self.growths.regrow("train_finished", "intra_scale", borrow=True)
         return {"step": step, **answer}
 
-    def lent_launch_s(self) -> float | None:
-        """How long a launch of lent workers takes: their own launches (``intra_scale``) once
-        measured; before the first, any launch (the dedicated workers' start-up). On the
-        emulator lent workers start while rollout runs: 1.9x and 4.3x the start-up's time in
-        two demo runs."""
-        own = self.phases.mean_s("preparation", operation="intra_scale")
-        return own if own is not None else self.phases.mean_s("preparation")
+    def lent_s(self, phase: str) -> float | None:
+        """How long ``phase`` (a launch's ``preparation``, a kept worker's ``activation``) takes
+        for lent workers: their own (``intra_scale``) once measured; before that, any
+        operation's (the dedicated workers' start-up, a preemptible worker's resume). On the
+        emulator lent workers start while rollout runs: their launches took 1.9x and 4.3x the
+        start-up's time in two demo runs."""
+        own = self.phases.mean_s(phase, operation="intra_scale")
+        return own if own is not None else self.phases.mean_s(phase)
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:
         return await self._once("gpus_join", request_id, {"gpus": list(gpus)}, lambda: self._gpus_join(gpus))

@@ -71,6 +71,10 @@ async def test_the_replay_check_can_be_turned_off(tiny_model_dir):
         assert (await _gate_record(c))["replay"] is None
 
 
+def _seconds(phases, operation: str, phase: str) -> list[float]:
+    return [r.seconds for r in phases.records if r.ok and r.operation == operation and r.phase == phase]
+
+
 async def test_lent_workers_arrive_as_their_own_launches_took(tiny_model_dir):
     """Before the first borrow a lent worker is taken to launch as the dedicated ones did;
     after it, as the lent workers' own launches took, not a mean over every launch."""
@@ -78,10 +82,16 @@ async def test_lent_workers_arrive_as_their_own_launches_took(tiny_model_dir):
     async with running_cluster(config) as c:
         phases = c.control.phases
         assert phases.mean_s("preparation", operation="intra_scale") is None
-        assert c.control.lent_launch_s() == phases.mean_s("preparation")  # the bootstrap's
+        assert c.control.lent_s("preparation") == phases.mean_s("preparation")  # the bootstrap's
         await c.admin("/train_begin", {"step": 0})
         assert (await c.admin("/train_finished", {"step": 0}))["borrowing"]
         await c.settle()
-        lent = [r.seconds for r in phases.records if r.ok and r.operation == "intra_scale" and r.phase == "preparation"]
-        assert lent and c.control.lent_launch_s() == sum(lent) / len(lent)
+        lent = _seconds(phases, "intra_scale", "preparation")
+        assert lent and c.control.lent_s("preparation") == sum(lent) / len(lent)
         assert any(r.operation != "intra_scale" and r.phase == "preparation" for r in phases.records)
+        # Returned and kept, then lent again: they resume, and resumes are timed the same way.
+        await c.admin("/train_begin", {"step": 1})
+        assert (await c.admin("/train_finished", {"step": 1}))["borrowing"]
+        await c.settle()
+        resumes = _seconds(phases, "intra_scale", "activation")
+        assert resumes and c.control.lent_s("activation") == sum(resumes) / len(resumes)
