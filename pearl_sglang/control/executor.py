@@ -217,9 +217,10 @@ class PlanExecutor:
 
     async def activate(self, add: WorkerAdd, operation: str) -> Event:
         snapshot = self.snapshot()
+        zone = self.store.table.worker(add.slot).zone.value
         if add.retained:
             w = self.store.table.worker(add.slot)
-            async with self.phases.phase(operation, "activation"):
+            async with self.phases.phase(operation, "activation", zone):
                 await self.ops.resume_memory(w.endpoint)
                 self.released.discard(add.slot)
                 await sync_worker(self.ops, w.endpoint, snapshot, reload=not self.weights_cpu_backup)
@@ -228,7 +229,7 @@ class PlanExecutor:
             return WorkerReady(add.slot, endpoint=endpoint, bootstrap_port=port, weight_version=snapshot.version)
         if self.launcher is None:
             raise ActivationFailed("attached clusters cannot launch workers")
-        async with self.phases.phase(operation, "preparation"):
+        async with self.phases.phase(operation, "preparation", zone):
             # A new process holds the launch checkpoint; it then syncs to the latest snapshot.
             require_disk_copy(snapshot)
             launched = await self.launcher.launch(LaunchSpec(add.slot, add.role, add.gpus,

@@ -47,7 +47,7 @@ from pearl_sglang.core.mode_feedback import ModeCorrection
 from pearl_sglang.core.pd_mode import PdMode
 from pearl_sglang.core.profile import Profile
 from pearl_sglang.core.staleness import PushLog
-from pearl_sglang.core.state import Activity, OverlapOwner, StateTable
+from pearl_sglang.core.state import Activity, OverlapOwner, StateTable, Zone
 from pearl_sglang.core.step_learning import StepLearning
 from pearl_sglang.core.step_model import MakespanModel
 from pearl_sglang.core.telemetry import ProfileTracker
@@ -291,11 +291,11 @@ class Orchestrator:
 
     def lent_s(self, phase: str) -> float | None:
         """How long ``phase`` (a launch's ``preparation``, a kept worker's ``activation``) takes
-        for lent workers: their own (``intra_scale``) once measured; before that, any
-        operation's (the dedicated workers' start-up, a preemptible worker's resume). On the
-        emulator lent workers start while rollout runs: their launches took 1.9x and 4.3x the
-        start-up's time in two demo runs."""
-        own = self.phases.mean_s(phase, operation="intra_scale")
+        for lent workers: their own (workers on the overlap GPUs, whichever operation started
+        them) once measured; before that, any worker's (the dedicated workers' start-up, a
+        preemptible worker's resume). On the emulator lent workers start while rollout runs:
+        their launches took 1.9x and 4.3x the start-up's time in two demo runs."""
+        own = self.phases.mean_s(phase, zone=Zone.OVERLAP.value)
         return own if own is not None else self.phases.mean_s(phase)
 
     async def gpus_join(self, *, gpus: tuple[str, ...], request_id: str | None = None) -> dict[str, Any]:

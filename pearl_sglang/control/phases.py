@@ -14,6 +14,7 @@ class PhaseRecord:
     phase: str
     seconds: float
     ok: bool
+    zone: str | None = None  # a worker's phase: the zone of its GPUs ("dedicated", "overlap")
 
 
 class PhaseLog:
@@ -24,22 +25,21 @@ class PhaseLog:
         self.on_record = on_record
 
     @asynccontextmanager
-    async def phase(self, operation: str, phase: str) -> AsyncIterator[None]:
+    async def phase(self, operation: str, phase: str, zone: str | None = None) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
         start, ok = loop.time(), False
         try:
             yield
             ok = True
         finally:
-            record = PhaseRecord(operation, phase, loop.time() - start, ok)
+            record = PhaseRecord(operation, phase, loop.time() - start, ok, zone)
             self.records.append(record)
             self.on_record(record)
 
-    def mean_s(self, phase: str, operation: str | None = None) -> float | None:
-        """Mean seconds of the successful ``phase`` records of ``operation`` (None: of any
-        operation); None when there are none."""
-        seconds = [r.seconds for r in self.records
-                   if r.ok and r.phase == phase and operation in (None, r.operation)]
+    def mean_s(self, phase: str, zone: str | None = None) -> float | None:
+        """Mean seconds of the successful ``phase`` records of any operation, of workers in
+        ``zone`` when given; None when there are none."""
+        seconds = [r.seconds for r in self.records if r.ok and r.phase == phase and zone in (None, r.zone)]
         return sum(seconds) / len(seconds) if seconds else None
 
     def summary(self) -> dict[str, dict[str, float]]:
