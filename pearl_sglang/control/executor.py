@@ -217,9 +217,9 @@ class PlanExecutor:
 
     async def activate(self, add: WorkerAdd, operation: str) -> Event:
         snapshot = self.snapshot()
-        zone = self.store.table.worker(add.slot).zone.value
+        w = self.store.table.worker(add.slot)
+        zone = w.zone.value
         if add.retained:
-            w = self.store.table.worker(add.slot)
             async with self.phases.phase(operation, "activation", zone):
                 await self.ops.resume_memory(w.endpoint)
                 self.released.discard(add.slot)
