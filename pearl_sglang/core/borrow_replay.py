@@ -92,6 +92,10 @@ class ReplaySaving:
         return {"saved_s": self.saved_s, "join_after_s": self.join_after_s, "speedup": self.speedup,
                 "concurrency": self.concurrency}
 
+    def describe(self) -> str:
+        return (f"the last step replayed with the overlap workers serving from {self.join_after_s:.0f} s "
+                f"(requests x{self.speedup:.2f}) ends {self.saved_s:.1f} s sooner")
+
 
 def speedup(*, A: float, b: float, concurrency: float, dedicated: int, overlap: int) -> float:
     """A decode iteration's time with the overlap workers over without, in ``(0, 1]``."""
@@ -133,7 +137,5 @@ def replay_guard(decision: GateDecision, saving: ReplaySaving | None) -> GateDec
     """``decision`` unless it borrows and the replayed saving does not exceed its toggle cost."""
     if not decision.borrow or saving is None or saving.saved_s > decision.toggle_cost_s:
         return decision
-    why = (f"the last step replayed with the overlap workers serving from {saving.join_after_s:.0f} s "
-           f"(requests x{saving.speedup:.2f}) ends {saving.saved_s:.1f} s sooner "
-           f"(<= T_toggle {decision.toggle_cost_s:.3g} s)")
+    why = f"{saving.describe()} (<= T_toggle {decision.toggle_cost_s:.3g} s)"
     return replace(decision, borrow=False, overruled=why, reason=f"not borrowing: {why}; {decision.reason}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pearl_rl_adapter import AsyncPearlClient, PearlError
+from pearl_sglang.core.borrow_replay import ReplaySaving
 from pearl_sglang.workload.results import StepResult
 from pearl_sglang.workload.timebase import EmulatedTime
 
@@ -88,9 +89,7 @@ class Reporter:
                 print(f"           {d['operation']:14s} -> {what:10s} {text[:110]}", flush=True)
                 replay = d.get("replay")
                 if replay and d.get("borrow"):
-                    print(f"{'':29s} the last step replayed with the overlap workers serving from "
-                          f"{replay['join_after_s']:.0f} s (requests x{replay['speedup']:.2f}) ends "
-                          f"{replay['saved_s']:.1f} s sooner", flush=True)
+                    print(f"{'':29s} {ReplaySaving(**replay).describe()}", flush=True)
 
     def summary(self) -> dict[str, Any]:
         measured = self.steps[1:] or self.steps  # step 0 starts cold
